@@ -1,0 +1,41 @@
+"""ferry_core: a compact leasing store on SQLite WAL (the reference target of ferry)."""
+
+from __future__ import annotations
+
+from . import errors
+from .clock import Clock, ManualClock, SystemClock
+from .errors import (
+    FerryError,
+    InvalidArgument,
+    InvalidToken,
+    LeaseExpired,
+    LimitExceeded,
+    NotFound,
+    PermissionDenied,
+    StoreError,
+    TokenRequired,
+    WrongState,
+)
+from .schema import SCHEMA_VERSION
+from .store import LeaseStore
+from .types import (
+    CLAIMED,
+    COMPLETED,
+    FAILED,
+    STATES,
+    SUBMITTED,
+    TERMINAL,
+    TIMED_OUT,
+    Claim,
+    Salvage,
+    TaskView,
+)
+
+__all__ = [
+    "CLAIMED", "COMPLETED", "FAILED", "STATES", "SUBMITTED", "TERMINAL", "TIMED_OUT",
+    "SCHEMA_VERSION", "Claim", "Clock", "FerryError", "InvalidArgument", "InvalidToken",
+    "LeaseExpired", "LeaseStore", "LimitExceeded", "ManualClock", "NotFound",
+    "PermissionDenied", "Salvage", "StoreError", "SystemClock", "TaskView", "TokenRequired",
+    "WrongState", "errors",
+]
+__version__ = "0.1.0"

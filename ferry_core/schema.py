@@ -1,0 +1,83 @@
+"""The on-disk schema, versioned with PRAGMA user_version so old code never misreads new files."""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+# queue_deadline = queued_at + queue_ttl_ms, kept as a column so the sweep can use an index.
+# pending_deps counts dependencies not yet COMPLETED, so readiness is one indexed predicate.
+DDL = """
+CREATE TABLE IF NOT EXISTS tasks (
+    seq              INTEGER PRIMARY KEY,
+    task_id          TEXT    NOT NULL UNIQUE,
+    status           TEXT    NOT NULL CHECK (status IN
+                         ('SUBMITTED','CLAIMED','COMPLETED','FAILED','TIMED_OUT')),
+    target_agent     TEXT,
+    title            TEXT    NOT NULL DEFAULT '',
+    payload          TEXT,
+    requester        TEXT    NOT NULL DEFAULT '',
+    queue_ttl_ms     INTEGER NOT NULL,
+    exec_ttl_ms      INTEGER NOT NULL,
+    max_attempts     INTEGER NOT NULL,
+    created_at       INTEGER NOT NULL,
+    queued_at        INTEGER NOT NULL,
+    queue_deadline   INTEGER NOT NULL,
+    claimed_by       TEXT,
+    claimed_at       INTEGER,
+    lease_expires_at INTEGER,
+    completed_at     INTEGER,
+    attempt          INTEGER NOT NULL DEFAULT 0,
+    extend_count     INTEGER NOT NULL DEFAULT 0,
+    release_count    INTEGER NOT NULL DEFAULT 0,
+    pending_deps     INTEGER NOT NULL DEFAULT 0,
+    result           TEXT,
+    error_reason     TEXT,
+    claim_token      TEXT
+);
+CREATE TABLE IF NOT EXISTS task_deps (
+    task_id    TEXT NOT NULL REFERENCES tasks(task_id),
+    depends_on TEXT NOT NULL REFERENCES tasks(task_id),
+    UNIQUE (task_id, depends_on)
+);
+CREATE INDEX IF NOT EXISTS task_deps_by_dep ON task_deps(depends_on);
+CREATE TABLE IF NOT EXISTS claim_tokens (
+    token       TEXT PRIMARY KEY,
+    task_id     TEXT    NOT NULL,
+    agent_id    TEXT    NOT NULL,
+    issued_at   INTEGER NOT NULL,
+    retired_at  INTEGER,
+    retired_why TEXT
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS salvage (
+    id         INTEGER PRIMARY KEY,
+    task_id    TEXT    NOT NULL,
+    agent_id   TEXT    NOT NULL,
+    kind       TEXT    NOT NULL,
+    data       TEXT,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS salvage_by_task ON salvage(task_id, id);
+CREATE TABLE IF NOT EXISTS daemon_locks (
+    name        TEXT PRIMARY KEY,
+    owner       TEXT    NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    acquired_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_ready
+    ON tasks(target_agent, queued_at, seq) WHERE status = 'SUBMITTED' AND pending_deps = 0;
+CREATE INDEX IF NOT EXISTS tasks_lease_due
+    ON tasks(lease_expires_at) WHERE status = 'CLAIMED';
+CREATE INDEX IF NOT EXISTS tasks_queue_due
+    ON tasks(queue_deadline) WHERE status = 'SUBMITTED';
+-- SPEC §5: the token enters the history table before the claiming row changes, in the same
+-- statement; the primary key makes a second issue of any token impossible, ever.
+CREATE TRIGGER IF NOT EXISTS claim_token_history
+    BEFORE UPDATE OF claim_token ON tasks
+    WHEN NEW.claim_token IS NOT NULL AND NEW.claim_token IS NOT OLD.claim_token
+BEGIN
+    INSERT INTO claim_tokens(token, task_id, agent_id, issued_at)
+    VALUES (NEW.claim_token, NEW.task_id, NEW.claimed_by, NEW.claimed_at);
+END;
+"""
+
+OWN_TABLES = frozenset({"tasks", "task_deps", "claim_tokens", "salvage", "daemon_locks"})

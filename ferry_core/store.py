@@ -1,0 +1,770 @@
+"""LeaseStore: the reference SQLite-WAL leasing store of SPEC §2–§7.
+
+Design rules that every method follows (SPEC §6):
+- one connection in autocommit mode; every read fetches all rows, so no cursor (and no WAL
+  read snapshot) outlives the call;
+- writes are either one conditional statement (the CAS) or one short ``BEGIN IMMEDIATE``;
+- a guard checked in Python is always repeated in the WHERE clause of the final write;
+- idle calls only read: the sweep writes only after a read found something due.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import sqlite3
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from . import errors
+from .busy import BusyPolicy, make_busy_policy
+from .clock import Clock, SystemClock
+from .schema import DDL, OWN_TABLES, SCHEMA_VERSION
+from .types import CLAIMED, COMPLETED, SUBMITTED, Claim, Salvage, TaskView
+
+DEFAULT_QUEUE_TTL_MS = 3_600_000
+DEFAULT_EXEC_TTL_MS = 300_000
+CHECKPOINT_MODES = ("PASSIVE", "FULL", "RESTART", "TRUNCATE")
+STRATEGIES = ("cas", "immediate")
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_VIEW_COLUMNS = """
+    task_id, status, target_agent, title, payload, requester, queue_ttl_ms, exec_ttl_ms,
+    max_attempts, created_at, queued_at, queue_deadline, claimed_by, claimed_at,
+    lease_expires_at, completed_at, attempt, extend_count, release_count, result,
+    error_reason,
+    (SELECT json_group_array(depends_on) FROM
+        (SELECT depends_on FROM task_deps d WHERE d.task_id = tasks.task_id ORDER BY d.rowid))
+"""
+_GUARD_COLUMNS = "status, target_agent, claimed_by, lease_expires_at, claim_token"
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise errors.InvalidArgument(f"{name} must be a positive integer (ms or count), got {value!r}")
+    return value
+
+
+def _non_negative_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise errors.InvalidArgument(f"{name} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _name(kind: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise errors.InvalidArgument(f"{kind} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _to_json(kind: str, value: Any) -> str:
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidArgument(f"{kind} must be JSON-serialisable: {exc}") from None
+
+
+def _from_json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _check_openable(path: str) -> None:
+    """Refuse, before SQLite touches anything, paths that cannot be (or are not) our store."""
+    if path == ":memory:" or path.startswith("file:"):
+        return
+    if os.path.isdir(path):
+        raise errors.StoreError(f"{path!r} is a directory; pass the path of a database file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise errors.StoreError(f"directory {parent!r} does not exist; create it first")
+    if os.path.exists(path):
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise errors.StoreError(f"{path!r} is not readable and writable by this user")
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+        if head and head != _SQLITE_MAGIC:
+            raise errors.StoreError(f"{path!r} is not an SQLite database; refusing to touch it")
+    if not os.access(parent, os.W_OK):
+        raise errors.StoreError(
+            f"directory {parent!r} is not writable: WAL mode needs to create -wal and -shm files there"
+        )
+
+
+class LeaseStore:
+    """A leasing job store on one SQLite WAL file, safe across processes.
+
+    Construct one per process (or thread); every instance opens its own connection.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        clock: Clock | None = None,
+        strict_tokens: bool = True,
+        claim_strategy: str = "cas",
+        busy_timeout_ms: int = 5000,
+        max_extends: int = 5,
+        max_releases: int = 3,
+        busy_policy: str | BusyPolicy = "jitter",
+    ) -> None:
+        if claim_strategy not in STRATEGIES:
+            raise errors.InvalidArgument(
+                f"claim_strategy must be one of {STRATEGIES}, got {claim_strategy!r}"
+            )
+        self.path = os.fspath(path)
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.strict_tokens = bool(strict_tokens)
+        self.claim_strategy = claim_strategy
+        self.busy_timeout_ms = _non_negative_int("busy_timeout_ms", busy_timeout_ms)
+        self.max_extends = _non_negative_int("max_extends", max_extends)
+        self.max_releases = _non_negative_int("max_releases", max_releases)
+        _check_openable(self.path)
+        self._conn = self._open(busy_policy)
+
+    # ------------------------------------------------------------------ connection
+    def _open(self, busy_policy: str | BusyPolicy) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None,
+                uri=self.path.startswith("file:"),
+            )
+        except sqlite3.Error as exc:
+            raise errors.StoreError(f"cannot open {self.path!r}: {exc}") from None
+        try:
+            version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+            if version > SCHEMA_VERSION:
+                raise errors.StoreError(
+                    f"{self.path!r} has schema version {version}, newer than this ferry_core "
+                    f"({SCHEMA_VERSION}); upgrade ferry_core to open it"
+                )
+            if version == 0:
+                tables = {r[0] for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type='table'").fetchall()}
+                foreign = tables - OWN_TABLES
+                if foreign:
+                    raise errors.StoreError(
+                        f"{self.path!r} is an SQLite database of another application "
+                        f"(tables {sorted(foreign)[:3]}); give ferry a file of its own"
+                    )
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
+            if mode.lower() != "wal" and self.path != ":memory:":
+                raise errors.StoreError(
+                    f"cannot switch {self.path!r} to WAL (journal_mode={mode}); is it on a "
+                    "network or read-only file system?"
+                )
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            if version == 0:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._create(conn)
+                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+        except errors.StoreError:
+            conn.close()
+            raise
+        except sqlite3.Error as exc:
+            conn.close()
+            raise errors.StoreError(f"cannot use {self.path!r} as a ferry store: {exc}") from None
+        self._busy = make_busy_policy(busy_policy, conn, self.busy_timeout_ms)
+        return conn
+
+    @staticmethod
+    def _create(conn: sqlite3.Connection) -> None:
+        # executescript would COMMIT our BEGIN IMMEDIATE; run the DDL statement by statement.
+        buf = ""
+        for line in DDL.splitlines(keepends=True):
+            if line.lstrip().startswith("--"):
+                continue
+            buf += line
+            if sqlite3.complete_statement(buf):
+                conn.execute(buf)
+                buf = ""
+
+    def close(self) -> None:
+        """Close the connection; the store is unusable afterwards."""
+        self._conn.close()
+
+    def __enter__(self) -> LeaseStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _rows(self, sql: str, args: Any = ()) -> list[tuple]:
+        """Run one statement to completion (all rows fetched: no cursor stays open)."""
+        try:
+            return self._busy.run(lambda: self._conn.execute(sql, args).fetchall())
+        except sqlite3.Error as exc:
+            raise self._store_error(exc) from None
+
+    def _store_error(self, exc: sqlite3.Error) -> errors.StoreError:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            return errors.StoreError(
+                f"database {self.path!r} stayed locked longer than busy_timeout_ms="
+                f"{self.busy_timeout_ms}: look for a long transaction in another process, "
+                "or raise busy_timeout_ms"
+            )
+        return errors.StoreError(f"SQLite error on {self.path!r}: {text}")
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One short write transaction; rolled back on any exception."""
+        try:
+            self._busy.run(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+        except sqlite3.Error as exc:
+            raise self._store_error(exc) from None
+        try:
+            yield self._conn
+        except sqlite3.Error as exc:
+            self._conn.execute("ROLLBACK")
+            raise self._store_error(exc) from None
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        try:
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise self._store_error(exc) from None
+
+    def _now(self) -> int:
+        now = self.clock()
+        if isinstance(now, bool) or not isinstance(now, int):
+            raise errors.InvalidArgument(f"clock must return int milliseconds, got {now!r}")
+        return now
+
+    # ------------------------------------------------------------------ dispatch
+    def dispatch(
+        self,
+        target_agent: str | None,
+        *,
+        title: str = "",
+        payload: Any = None,
+        requester: str = "",
+        depends_on: Iterable[str] = (),
+        queue_ttl_ms: int = DEFAULT_QUEUE_TTL_MS,
+        exec_ttl_ms: int = DEFAULT_EXEC_TTL_MS,
+        max_attempts: int = 1,
+    ) -> str:
+        """Insert a SUBMITTED task and return its id. Dependencies must already exist."""
+        if target_agent is not None:
+            _name("target_agent", target_agent)
+        if not isinstance(title, str) or not isinstance(requester, str):
+            raise errors.InvalidArgument("title and requester must be strings")
+        _positive_int("queue_ttl_ms", queue_ttl_ms)
+        _positive_int("exec_ttl_ms", exec_ttl_ms)
+        _positive_int("max_attempts", max_attempts)
+        if isinstance(depends_on, str):
+            raise errors.InvalidArgument("depends_on must be a list of task ids, not one string")
+        deps = list(dict.fromkeys(depends_on))
+        for dep in deps:
+            _name("dependency id", dep)
+        payload_json = _to_json("payload", payload)
+        now = self._now()
+        task_id = uuid.uuid4().hex
+        with self._tx() as conn:
+            self._apply_due(conn, now)
+            statuses: dict[str, str] = {}
+            for dep in deps:
+                row = conn.execute("SELECT status FROM tasks WHERE task_id=?", (dep,)).fetchall()
+                if not row:
+                    raise errors.NotFound(f"dependency {dep!r} does not exist; dispatch it first")
+                statuses[dep] = row[0][0]
+            dead = [d for d in deps if statuses[d] in ("FAILED", "TIMED_OUT")]
+            pending = sum(1 for d in deps if statuses[d] != COMPLETED)
+            status, reason, done_at = SUBMITTED, None, None
+            if dead:
+                status, done_at = "FAILED", now
+                reason = f"dependency {dead[0]} ended {statuses[dead[0]]}"
+            conn.execute(
+                "INSERT INTO tasks(task_id, status, target_agent, title, payload, requester,"
+                " queue_ttl_ms, exec_ttl_ms, max_attempts, created_at, queued_at,"
+                " queue_deadline, pending_deps, error_reason, completed_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (task_id, status, target_agent, title, payload_json, requester, queue_ttl_ms,
+                 exec_ttl_ms, max_attempts, now, now, now + queue_ttl_ms, pending, reason,
+                 done_at),
+            )
+            conn.executemany(
+                "INSERT INTO task_deps(task_id, depends_on) VALUES (?,?)",
+                [(task_id, d) for d in deps],
+            )
+        return task_id
+
+    # ------------------------------------------------------------------ sweep
+    _DUE_SQL = (
+        "SELECT EXISTS(SELECT 1 FROM tasks WHERE status='CLAIMED' AND lease_expires_at <= ?)"
+        " OR EXISTS(SELECT 1 FROM tasks WHERE status='SUBMITTED' AND queue_deadline <= ?)"
+    )
+
+    def sweep(self) -> int:
+        """Apply every due expiry (SPEC §3); a read first, so an idle sweep writes nothing."""
+        now = self._now()
+        if not self._rows(self._DUE_SQL, (now, now))[0][0]:
+            return 0
+        with self._tx() as conn:
+            return self._apply_due(conn, now)
+
+    def _apply_due(self, conn: sqlite3.Connection, now: int) -> int:
+        """Inside a write transaction: apply due events in time order, cascading failures.
+
+        Events are applied at the logical instant they happened (not at ``now``), so the
+        outcome never depends on which call happened to notice them first.
+        """
+        changed = 0
+        while True:
+            t = conn.execute(
+                "SELECT min(t) FROM ("
+                " SELECT min(lease_expires_at) AS t FROM tasks"
+                "  WHERE status='CLAIMED' AND lease_expires_at <= ?1"
+                " UNION ALL SELECT min(queue_deadline) FROM tasks"
+                "  WHERE status='SUBMITTED' AND queue_deadline <= ?1)",
+                (now,),
+            ).fetchall()[0][0]
+            if t is None:
+                return changed
+            conn.execute(
+                "UPDATE claim_tokens SET retired_at=?1, retired_why='expiry' WHERE token IN"
+                " (SELECT claim_token FROM tasks WHERE status='CLAIMED' AND lease_expires_at=?1)",
+                (t,),
+            )
+            changed += conn.execute(
+                "UPDATE tasks SET"
+                " status = CASE WHEN attempt < max_attempts THEN 'SUBMITTED' ELSE 'TIMED_OUT' END,"
+                " queued_at = ?1, queue_deadline = ?1 + queue_ttl_ms,"
+                " completed_at = CASE WHEN attempt < max_attempts THEN NULL ELSE ?1 END,"
+                " error_reason = CASE WHEN attempt < max_attempts THEN NULL"
+                "   ELSE 'lease expired on attempt ' || attempt || ' of ' || max_attempts END,"
+                " claim_token = NULL, claimed_by = NULL, claimed_at = NULL,"
+                " lease_expires_at = NULL, extend_count = 0"
+                " WHERE status='CLAIMED' AND lease_expires_at = ?1",
+                (t,),
+            ).rowcount
+            changed += conn.execute(
+                "UPDATE tasks SET status='TIMED_OUT', completed_at=?1,"
+                " error_reason='queue window ended before any claim'"
+                " WHERE status='SUBMITTED' AND queue_deadline = ?1",
+                (t,),
+            ).rowcount
+            changed += self._cascade(conn, t)
+
+    @staticmethod
+    def _cascade(conn: sqlite3.Connection, at: int) -> int:
+        """Fail every SUBMITTED task with a FAILED/TIMED_OUT dependency, transitively."""
+        total = 0
+        while True:
+            n = conn.execute(
+                "UPDATE tasks SET status='FAILED', completed_at=?1, error_reason=("
+                "  SELECT 'dependency ' || p.task_id || ' ended ' || p.status"
+                "  FROM task_deps d JOIN tasks p ON p.task_id = d.depends_on"
+                "  WHERE d.task_id = tasks.task_id AND p.status IN ('FAILED','TIMED_OUT')"
+                "  ORDER BY d.rowid LIMIT 1)"
+                " WHERE status='SUBMITTED' AND pending_deps > 0 AND EXISTS ("
+                "  SELECT 1 FROM task_deps d JOIN tasks p ON p.task_id = d.depends_on"
+                "  WHERE d.task_id = tasks.task_id AND p.status IN ('FAILED','TIMED_OUT'))",
+                (at,),
+            ).rowcount
+            if n == 0:
+                return total
+            total += n
+
+    # ------------------------------------------------------------------ claiming
+    _CLAIM_SET = (
+        "UPDATE tasks SET status='CLAIMED', claimed_by=:agent, claim_token=:token,"
+        " claimed_at=:now, lease_expires_at=:now + exec_ttl_ms, attempt=attempt + 1,"
+        " extend_count=0"
+        " WHERE task_id=:task_id AND status='SUBMITTED' AND pending_deps=0"
+        " AND queue_deadline > :now AND (target_agent IS NULL OR target_agent = :agent)"
+        " RETURNING claimed_at, lease_expires_at, attempt"
+    )
+    _PICK_SQL = (
+        "SELECT queued_at, seq, task_id FROM tasks INDEXED BY tasks_ready"
+        " WHERE status='SUBMITTED' AND pending_deps=0 AND target_agent {} AND queue_deadline > ?"
+        " ORDER BY queued_at, seq LIMIT 1"
+    )
+    _PICK_ANY = _PICK_SQL.format("IS NULL")
+    _PICK_MINE = _PICK_SQL.format("= ?")
+
+    def _pick(self, conn: sqlite3.Connection, agent_id: str, now: int) -> str | None:
+        rows = conn.execute(self._PICK_ANY, (now,)).fetchall()
+        rows += conn.execute(self._PICK_MINE, (agent_id, now)).fetchall()
+        return min(rows)[2] if rows else None
+
+    def _cas_claim(self, conn: sqlite3.Connection, task_id: str, agent_id: str, now: int) -> Claim | None:
+        token = str(uuid.uuid4())
+        rows = conn.execute(
+            self._CLAIM_SET, {"agent": agent_id, "token": token, "now": now, "task_id": task_id}
+        ).fetchall()
+        if len(rows) != 1:
+            return None
+        claimed_at, expires, attempt = rows[0]
+        return Claim(task_id, agent_id, token, claimed_at, expires, attempt)
+
+    def poll_next(self, agent_id: str) -> Claim | None:
+        """Sweep, then claim the oldest ready task for this agent; None when there is none."""
+        _name("agent_id", agent_id)
+        now = self._now()
+        try:
+            if self.claim_strategy == "immediate":
+                return self._poll_immediate(agent_id, now)
+            self.sweep_at(now)
+            for _ in range(10_000):
+                task_id = self._pick(self._conn, agent_id, now)
+                if task_id is None:
+                    return None
+                claim = self._busy.run(
+                    lambda t=task_id: self._cas_claim(self._conn, t, agent_id, now))
+                if claim is not None:
+                    return claim
+            raise errors.StoreError("poll_next lost 10000 CAS races in a row; is the clock stuck?")
+        except sqlite3.Error as exc:
+            raise self._store_error(exc) from None
+
+    def _poll_immediate(self, agent_id: str, now: int) -> Claim | None:
+        due = self._rows(self._DUE_SQL, (now, now))[0][0]
+        if not due and self._pick(self._conn, agent_id, now) is None:
+            return None  # idle: no write transaction at all
+        with self._tx() as conn:
+            self._apply_due(conn, now)
+            task_id = self._pick(conn, agent_id, now)
+            return None if task_id is None else self._cas_claim(conn, task_id, agent_id, now)
+
+    def sweep_at(self, now: int) -> int:
+        """The two-phase sweep at a given instant (read first, write only when due)."""
+        if not self._rows(self._DUE_SQL, (now, now))[0][0]:
+            return 0
+        with self._tx() as conn:
+            return self._apply_due(conn, now)
+
+    def claim(self, task_id: str, agent_id: str) -> Claim | None:
+        """Claim this one task if it is ready for this agent; None if it is not."""
+        _name("task_id", task_id)
+        _name("agent_id", agent_id)
+        now = self._now()
+        if self.claim_strategy == "immediate":
+            with self._tx() as conn:
+                self._apply_due(conn, now)
+                claim = self._cas_claim(conn, task_id, agent_id, now)
+        else:
+            self.sweep_at(now)
+            try:
+                claim = self._busy.run(lambda: self._cas_claim(self._conn, task_id, agent_id, now))
+            except sqlite3.Error as exc:
+                raise self._store_error(exc) from None
+        if claim is None and not self._rows("SELECT 1 FROM tasks WHERE task_id=?", (task_id,)):
+            raise errors.NotFound(f"task {task_id!r} does not exist")
+        return claim
+
+    # ------------------------------------------------------------------ holder operations
+    def _guard(self, task_id: str, agent_id: str, token: str | None, now: int) -> tuple:
+        """SPEC §5 checks in order; returns the guard row. Raises LeaseExpired unapplied."""
+        _name("task_id", task_id)
+        _name("agent_id", agent_id)
+        if token is not None and not isinstance(token, str):
+            raise errors.InvalidArgument(f"token must be a string or None, got {type(token).__name__}")
+        rows = self._rows(f"SELECT {_GUARD_COLUMNS} FROM tasks WHERE task_id=?", (task_id,))
+        if not rows:
+            raise errors.NotFound(f"task {task_id!r} does not exist")
+        status, target, holder, expires, row_token = rows[0]
+        if target is not None and target != agent_id:
+            raise errors.PermissionDenied(
+                f"task {task_id} is for agent {target!r}, not {agent_id!r}"
+            )
+        if status != CLAIMED:
+            raise errors.WrongState(f"task {task_id} is {status}, not CLAIMED; claim it first")
+        if now >= expires:
+            raise errors.LeaseExpired(
+                f"lease on task {task_id} ended at {expires} (now {now}); poll for new work"
+            )
+        if holder != agent_id:
+            raise errors.PermissionDenied(
+                f"task {task_id} is held by {holder!r}, not {agent_id!r}"
+            )
+        if token is None:
+            if self.strict_tokens:
+                raise errors.TokenRequired(
+                    f"task {task_id}: pass the claim token you got from claim/poll_next"
+                )
+        elif not hmac.compare_digest(token, row_token):
+            raise errors.InvalidToken(
+                f"task {task_id}: token is not the current claim token (retired or forged)"
+            )
+        return rows[0]
+
+    def _holder_write(self, op: str, task_id: str, agent_id: str, token: str | None,
+                      write, late_result: Any = None, has_late: bool = False) -> Any:
+        """Run the guard, then ``write(conn, row_token, now)`` in one short transaction.
+
+        ``write`` must repeat the guard in its WHERE clause and return None when it changed
+        no row (someone else moved first); the guard is then re-read to name the refusal.
+        """
+        now = self._now()
+        for _ in range(3):
+            try:
+                row = self._guard(task_id, agent_id, token, now)
+            except errors.LeaseExpired:
+                with self._tx() as conn:
+                    self._apply_due(conn, now)
+                    if has_late:
+                        self._keep_late(conn, task_id, agent_id, token, late_result, now)
+                raise
+            except errors.FerryError:
+                if has_late:
+                    self._keep_late_retired(task_id, agent_id, token, late_result, now)
+                raise
+            with self._tx() as conn:
+                out = write(conn, row[4], now)
+            if out is not None:
+                return out
+        raise errors.StoreError(f"{op} on task {task_id} kept racing; try again")
+
+    def _keep_late(self, conn: sqlite3.Connection, task_id: str, agent_id: str,
+                   token: str | None, result: Any, now: int) -> None:
+        """A late result from the token's own holder is salvage, never silently dropped."""
+        if token is None:
+            return
+        hit = conn.execute(
+            "SELECT 1 FROM claim_tokens WHERE token=? AND task_id=? AND agent_id=?"
+            " AND retired_why='expiry'", (token, task_id, agent_id)).fetchall()
+        if hit:
+            conn.execute(
+                "INSERT INTO salvage(task_id, agent_id, kind, data, created_at)"
+                " VALUES (?,?,'late_result',?,?)",
+                (task_id, agent_id, _to_json("result", result), now),
+            )
+
+    def _keep_late_retired(self, task_id: str, agent_id: str, token: str | None,
+                           result: Any, now: int) -> None:
+        if token is None or not self._rows(
+            "SELECT 1 FROM claim_tokens WHERE token=? AND task_id=? AND agent_id=?"
+            " AND retired_why='expiry'", (token, task_id, agent_id)):
+            return
+        with self._tx() as conn:
+            self._keep_late(conn, task_id, agent_id, token, result, now)
+
+    @staticmethod
+    def _retire(conn: sqlite3.Connection, token: str, now: int, why: str) -> None:
+        conn.execute(
+            "UPDATE claim_tokens SET retired_at=?, retired_why=? WHERE token=?", (now, why, token))
+
+    _HOLDER_WHERE = (
+        " WHERE task_id=:task_id AND status='CLAIMED' AND claim_token=:row_token"
+        " AND lease_expires_at > :now"
+    )
+
+    def fulfill(self, task_id: str, agent_id: str, token: str | None, result: Any = None) -> None:
+        """CLAIMED -> COMPLETED with ``result``. A late result is refused but kept as salvage."""
+        result_json = _to_json("result", result)
+
+        def write(conn: sqlite3.Connection, row_token: str, now: int) -> bool | None:
+            n = conn.execute(
+                "UPDATE tasks SET status='COMPLETED', result=:result, completed_at=:now,"
+                " claim_token=NULL" + self._HOLDER_WHERE,
+                {"task_id": task_id, "row_token": row_token, "now": now, "result": result_json},
+            ).rowcount
+            if n != 1:
+                return None
+            self._retire(conn, row_token, now, "complete")
+            conn.execute(
+                "UPDATE tasks SET pending_deps = pending_deps - 1 WHERE task_id IN"
+                " (SELECT task_id FROM task_deps WHERE depends_on=?)", (task_id,))
+            return True
+
+        self._holder_write("fulfill", task_id, agent_id, token, write,
+                           late_result=result, has_late=True)
+
+    def fail(self, task_id: str, agent_id: str, token: str | None, reason: str) -> None:
+        """CLAIMED -> FAILED; dependents fail with a reason naming this task."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise errors.InvalidArgument("fail needs a non-empty reason saying what went wrong")
+
+        def write(conn: sqlite3.Connection, row_token: str, now: int) -> bool | None:
+            n = conn.execute(
+                "UPDATE tasks SET status='FAILED', error_reason=:reason, completed_at=:now,"
+                " claim_token=NULL" + self._HOLDER_WHERE,
+                {"task_id": task_id, "row_token": row_token, "now": now, "reason": reason},
+            ).rowcount
+            if n != 1:
+                return None
+            self._retire(conn, row_token, now, "fail")
+            self._cascade(conn, now)
+            return True
+
+        self._holder_write("fail", task_id, agent_id, token, write)
+
+    def release(self, task_id: str, agent_id: str, token: str | None, reason: str = "") -> None:
+        """CLAIMED -> SUBMITTED at the tail of the queue; the token is retired for good."""
+        if not isinstance(reason, str):
+            raise errors.InvalidArgument("reason must be a string")
+
+        def write(conn: sqlite3.Connection, row_token: str, now: int) -> bool | None:
+            count = conn.execute(
+                "SELECT release_count FROM tasks WHERE task_id=?", (task_id,)).fetchall()[0][0]
+            if count >= self.max_releases:
+                raise errors.LimitExceeded(
+                    f"task {task_id} was released {count} times (max_releases="
+                    f"{self.max_releases}); fail it instead"
+                )
+            n = conn.execute(
+                "UPDATE tasks SET status='SUBMITTED', claim_token=NULL, claimed_by=NULL,"
+                " claimed_at=NULL, lease_expires_at=NULL, extend_count=0,"
+                " release_count=release_count + 1, queued_at=:now,"
+                " queue_deadline=:now + queue_ttl_ms" + self._HOLDER_WHERE,
+                {"task_id": task_id, "row_token": row_token, "now": now},
+            ).rowcount
+            if n != 1:
+                return None
+            self._retire(conn, row_token, now, "release")
+            return True
+
+        self._holder_write("release", task_id, agent_id, token, write)
+
+    def extend(self, task_id: str, agent_id: str, token: str | None) -> int:
+        """Renew the lease to ``now + exec_ttl_ms``; returns the new expiry."""
+
+        def write(conn: sqlite3.Connection, row_token: str, now: int) -> int | None:
+            count, ttl, created, qttl = conn.execute(
+                "SELECT extend_count, exec_ttl_ms, created_at, queue_ttl_ms FROM tasks"
+                " WHERE task_id=?", (task_id,)).fetchall()[0]
+            if count >= self.max_extends:
+                raise errors.LimitExceeded(
+                    f"task {task_id}: lease already extended {count} times (max_extends="
+                    f"{self.max_extends}); finish or release it"
+                )
+            if now + ttl > created + 4 * qttl:
+                raise errors.LimitExceeded(
+                    f"task {task_id}: extending to {now + ttl} would pass the hard limit "
+                    f"created_at + 4 * queue_ttl_ms = {created + 4 * qttl}"
+                )
+            rows = conn.execute(
+                "UPDATE tasks SET lease_expires_at=:now + exec_ttl_ms,"
+                " extend_count=extend_count + 1" + self._HOLDER_WHERE + " RETURNING lease_expires_at",
+                {"task_id": task_id, "row_token": row_token, "now": now},
+            ).fetchall()
+            return rows[0][0] if rows else None
+
+        return self._holder_write("extend", task_id, agent_id, token, write)
+
+    def salvage(self, task_id: str, agent_id: str, token: str | None, partial: Any) -> None:
+        """Append a partial artifact; it is kept forever, whatever happens to the task."""
+        data = _to_json("partial", partial)
+
+        def write(conn: sqlite3.Connection, row_token: str, now: int) -> bool | None:
+            n = conn.execute(
+                "INSERT INTO salvage(task_id, agent_id, kind, data, created_at)"
+                " SELECT task_id, :agent, 'partial', :data, :now FROM tasks" + self._HOLDER_WHERE,
+                {"task_id": task_id, "row_token": row_token, "now": now, "agent": agent_id,
+                 "data": data},
+            ).rowcount
+            return True if n == 1 else None
+
+        self._holder_write("salvage", task_id, agent_id, token, write)
+
+    # ------------------------------------------------------------------ reads
+    def _view(self, row: tuple, now: int) -> TaskView:
+        (task_id, status, target, title, payload, requester, qttl, ettl, max_att, created,
+         queued, deadline, holder, claimed_at, expires, completed, attempt, ext, rel, result,
+         reason, deps) = row
+        expired = (status == CLAIMED and now >= expires) or (status == SUBMITTED and now >= deadline)
+        return TaskView(
+            task_id=task_id, status=status, target_agent=target, title=title,
+            payload=_from_json(payload), requester=requester,
+            depends_on=tuple(json.loads(deps)) if deps else (), queue_ttl_ms=qttl,
+            exec_ttl_ms=ettl, max_attempts=max_att, created_at=created, queued_at=queued,
+            claimed_by=holder, claimed_at=claimed_at, lease_expires_at=expires,
+            completed_at=completed, attempt=attempt, extend_count=ext, release_count=rel,
+            result=_from_json(result), error_reason=reason, is_logically_expired=expired,
+        )
+
+    def get(self, task_id: str) -> TaskView:
+        """Read one task (never writes, never sweeps)."""
+        _name("task_id", task_id)
+        now = self._now()
+        rows = self._rows(f"SELECT {_VIEW_COLUMNS} FROM tasks WHERE task_id=?", (task_id,))
+        if not rows:
+            raise errors.NotFound(f"task {task_id!r} does not exist")
+        return self._view(rows[0], now)
+
+    def inspect(self, agent_id: str | None = None) -> list[TaskView]:
+        """Every task (or those for/held by ``agent_id``), oldest first. Read only."""
+        now = self._now()
+        if agent_id is None:
+            rows = self._rows(f"SELECT {_VIEW_COLUMNS} FROM tasks ORDER BY seq")
+        else:
+            rows = self._rows(
+                f"SELECT {_VIEW_COLUMNS} FROM tasks WHERE target_agent=?1 OR claimed_by=?1"
+                " ORDER BY seq", (agent_id,))
+        return [self._view(r, now) for r in rows]
+
+    def salvaged(self, task_id: str) -> list[Salvage]:
+        """Partial artifacts and late results of a task, oldest first. Read only."""
+        _name("task_id", task_id)
+        if not self._rows("SELECT 1 FROM tasks WHERE task_id=?", (task_id,)):
+            raise errors.NotFound(f"task {task_id!r} does not exist")
+        rows = self._rows(
+            "SELECT task_id, agent_id, kind, data, created_at FROM salvage WHERE task_id=?"
+            " ORDER BY id", (task_id,))
+        return [Salvage(t, a, k, _from_json(d), c) for t, a, k, d, c in rows]
+
+    # ------------------------------------------------------------------ daemon locks
+    def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+        """Take (or renew) a named lock held on [now, now + ttl_ms); one UPSERT (SPEC §6)."""
+        _name("lock name", name)
+        _name("owner", owner)
+        _positive_int("ttl_ms", ttl_ms)
+        now = self._now()
+        rows = self._busy.run(lambda: self._rows(
+            "INSERT INTO daemon_locks(name, owner, expires_at, acquired_at)"
+            " VALUES (:name, :owner, :now + :ttl, :now)"
+            " ON CONFLICT(name) DO UPDATE SET owner=excluded.owner,"
+            "  expires_at=excluded.expires_at,"
+            "  acquired_at=CASE WHEN daemon_locks.owner = excluded.owner"
+            "   AND daemon_locks.expires_at > :now THEN daemon_locks.acquired_at"
+            "   ELSE excluded.acquired_at END"
+            " WHERE daemon_locks.expires_at <= :now OR daemon_locks.owner = excluded.owner"
+            " RETURNING owner",
+            {"name": name, "owner": owner, "now": now, "ttl": ttl_ms},
+        ))
+        return len(rows) == 1
+
+    def release_lock(self, name: str, owner: str) -> bool:
+        """Drop the lock if ``owner`` holds it now; False (and no write) otherwise."""
+        _name("lock name", name)
+        _name("owner", owner)
+        now = self._now()
+        if not self._rows(
+            "SELECT 1 FROM daemon_locks WHERE name=? AND owner=? AND expires_at > ?",
+            (name, owner, now)):
+            return False
+        rows = self._rows(
+            "DELETE FROM daemon_locks WHERE name=? AND owner=? AND expires_at > ? RETURNING 1",
+            (name, owner, now))
+        return len(rows) == 1
+
+    def lock_holder(self, name: str) -> str | None:
+        """The unexpired owner of the lock, or None. Read only."""
+        _name("lock name", name)
+        rows = self._rows(
+            "SELECT owner FROM daemon_locks WHERE name=? AND expires_at > ?", (name, self._now()))
+        return rows[0][0] if rows else None
+
+    # ------------------------------------------------------------------ maintenance
+    def checkpoint(self, mode: str = "TRUNCATE") -> tuple[int, int, int]:
+        """``PRAGMA wal_checkpoint(mode)`` -> (busy, log_frames, checkpointed_frames)."""
+        if not isinstance(mode, str) or mode.upper() not in CHECKPOINT_MODES:
+            raise errors.InvalidArgument(f"checkpoint mode must be one of {CHECKPOINT_MODES}")
+        row = self._rows(f"PRAGMA wal_checkpoint({mode.upper()})")[0]
+        return int(row[0]), int(row[1]), int(row[2])
+
+    def __repr__(self) -> str:
+        return f"LeaseStore({self.path!r}, claim_strategy={self.claim_strategy!r})"
