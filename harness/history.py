@@ -1,0 +1,122 @@
+"""The history: every operation as one record of its invoke and its outcome (Jepsen-style).
+
+``type`` is ``ok`` (returned), ``fail`` (a typed refusal, SPEC §7: nothing changed) or
+``info`` (indeterminate: the worker crashed or timed out, so it may or may not have taken
+effect). Records are plain data, written as JSON lines, and read back by every checker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+OK, FAIL, INFO = "ok", "fail", "info"
+
+# Operations that act on exactly one task given in args["task_id"].
+TASK_OPS = frozenset({"claim", "fulfill", "fail", "release", "extend", "salvage", "get", "salvaged"})
+HOLDER_OPS = frozenset({"fulfill", "fail", "release", "extend", "salvage"})
+LOCK_OPS = frozenset({"acquire_lock", "release_lock", "lock_holder"})
+
+
+@dataclass
+class Op:
+    """One operation of one worker: what was asked, when, and what came back."""
+
+    index: int
+    process: int
+    agent: str
+    op: str
+    args: dict[str, Any]
+    invoke_ns: int
+    now: int
+    complete_ns: int | None = None
+    type: str = INFO
+    value: Any = None
+    error: str | None = None
+    message: str | None = None
+    round: int | None = None
+    example: int | None = None
+    note: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ret_ns(self) -> float:
+        """Completion time for ordering; an ``info`` op may take effect until the end."""
+        if self.type == INFO or self.complete_ns is None:
+            return math.inf
+        return self.complete_ns
+
+    @property
+    def task_id(self) -> str | None:
+        """The task this op is about: its argument, or the task a poll/dispatch returned."""
+        if self.op in TASK_OPS:
+            return self.args.get("task_id")
+        if self.op == "dispatch" and self.type == OK:
+            return self.value
+        if self.op == "poll_next" and self.type == OK and self.value:
+            return self.value["task_id"]
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if not d["extra"]:
+            del d["extra"]
+        return {k: v for k, v in d.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Op:
+        return cls(**d)
+
+    def describe(self) -> str:
+        """One line a person can read: ``w2 alice fulfill(t1, tok=…) -> fail InvalidToken``."""
+        args = ", ".join(f"{k}={_short(v)}" for k, v in self.args.items())
+        if self.type == OK:
+            out = f"ok {_short(self.value)}"
+        elif self.type == FAIL:
+            out = f"fail {self.error}"
+        else:
+            out = f"info {self.error or self.note or 'indeterminate'}"
+        return f"#{self.index} w{self.process} {self.agent} {self.op}({args}) @t={self.now} -> {out}"
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, str) and len(v) > 12:
+        return v[:8] + "…"
+    if isinstance(v, dict) and "token" in v:
+        return "{" + ", ".join(f"{k}={_short(x)}" for k, x in v.items() if k in ("task_id", "token", "attempt", "lease_expires_at")) + "}"
+    text = json.dumps(v, default=str)
+    return text if len(text) <= 40 else text[:37] + "…"
+
+
+class History:
+    """An append-only list of ops with JSON-lines I/O."""
+
+    def __init__(self, ops: Iterable[Op] = ()) -> None:
+        self.ops: list[Op] = list(ops)
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self.ops)
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def append(self, op: Op) -> Op:
+        self.ops.append(op)
+        return op
+
+    def next_index(self) -> int:
+        return len(self.ops)
+
+    def write_jsonl(self, path: str | Path) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            for op in self.ops:
+                fh.write(json.dumps(op.to_dict(), default=str) + "\n")
+
+    @classmethod
+    def read_jsonl(cls, path: str | Path) -> History:
+        with open(path, encoding="utf-8") as fh:
+            return cls(Op.from_dict(json.loads(line)) for line in fh if line.strip())

@@ -1,0 +1,571 @@
+"""The sequential reference model of SPEC, one small immutable state per task and per lock.
+
+Porcupine-style: ``step(state, op)`` says whether the *observed* outcome of ``op`` is legal
+in ``state`` and returns the next state. Observed values that the model cannot predict
+(task ids, claim tokens) are adopted from the observation and then checked for freshness.
+
+The model is lenient exactly where SPEC leaves freedom to a store and strict elsewhere:
+- a refusal is legal if *any* guard that fails could have produced it (SPEC fixes an order
+  for ferry_core, but the safety property is "refused and nothing changed");
+- expiry is lazy (SPEC §3): after a lease ended, the first holder call may see
+  ``LeaseExpired`` (row not yet swept) or ``WrongState`` (already swept);
+- inside one partition (a task) the model cannot see dependencies, so a task with
+  dependencies may be FAILED by cascade at any moment while SUBMITTED; ``dag-order``
+  checks dependencies across tasks.
+
+Every illegal step names the SPEC §8 invariant it breaks, so reports can say *which* rule.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ferry_core.types import CLAIMED, COMPLETED, FAILED, SUBMITTED, TERMINAL, TIMED_OUT
+
+from .history import FAIL, INFO, OK, Op
+
+UNKNOWN_TOKEN = "<unknown: claimed by an indeterminate op>"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The store settings the model must know (SPEC defaults)."""
+
+    max_extends: int = 5
+    max_releases: int = 3
+    strict_tokens: bool = True
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of one model step: legal or not, the next state, and why not (with an id)."""
+
+    ok: bool
+    state: Any
+    invariant: str | None = None
+    why: str | None = None
+
+
+def _legal(state: Any) -> Verdict:
+    return Verdict(True, state)
+
+
+def _illegal(state: Any, invariant: str, why: str) -> Verdict:
+    return Verdict(False, state, invariant, why)
+
+
+def _j(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """What SPEC says a task is, as a hashable value (search memoises on it)."""
+
+    task_id: str
+    status: str
+    target: str | None
+    has_deps: bool
+    queue_ttl: int
+    exec_ttl: int
+    max_attempts: int
+    created_at: int
+    queued_at: int
+    holder: str | None = None
+    token: str | None = None
+    expires: int | None = None
+    attempt: int = 0
+    extend_count: int = 0
+    release_count: int = 0
+    result: str | None = None  # JSON text of the accepted result
+    tokens: frozenset[str] = frozenset()  # every token issued for this task
+    lapsed: tuple[str, str] | None = None  # (holder, token) of a lease ended by time
+    salvage: tuple[tuple[str, str, str], ...] = ()  # (kind, agent, JSON) expected in salvaged()
+    cascaded: bool = False  # FAILED by a dependency, possibly not yet swept by the store
+
+    @property
+    def deadline(self) -> int:
+        return self.queued_at + self.queue_ttl
+
+
+def new_task(op: Op) -> TaskState:
+    """The state a successful ``dispatch`` creates."""
+    a = op.args
+    return TaskState(
+        task_id=op.value,
+        status=SUBMITTED,
+        target=a.get("target_agent"),
+        has_deps=bool(a.get("depends_on")),
+        queue_ttl=a["queue_ttl_ms"],
+        exec_ttl=a["exec_ttl_ms"],
+        max_attempts=a.get("max_attempts", 1),
+        created_at=op.now,
+        queued_at=op.now,
+    )
+
+
+def advance(st: TaskState, now: int) -> TaskState:
+    """Apply every time-driven transition due at ``now`` (SPEC §3, half-open intervals)."""
+    while True:
+        if st.status == CLAIMED and now >= st.expires:
+            when = st.expires
+            lapsed = (st.holder, st.token)
+            if st.attempt < st.max_attempts:
+                st = replace(st, status=SUBMITTED, queued_at=when, holder=None, token=None,
+                             expires=None, extend_count=0, lapsed=lapsed)
+            else:
+                st = replace(st, status=TIMED_OUT, holder=None, token=None, lapsed=lapsed)
+            continue
+        if st.status == SUBMITTED and now >= st.deadline:
+            st = replace(st, status=TIMED_OUT)
+            continue
+        return st
+
+
+def _ready_for(st: TaskState, agent: str) -> bool:
+    return st.status == SUBMITTED and (st.target is None or st.target == agent)
+
+
+def _guard_failures(st: TaskState, agent: str, token: str | None, cfg: ModelConfig) -> list[str]:
+    """Every SPEC §5 check that fails, in SPEC order (first = what ferry_core raises)."""
+    fails: list[str] = []
+    if st.target is not None and st.target != agent:
+        fails.append("PermissionDenied")
+    if st.status != CLAIMED:
+        fails.append("WrongState")
+        if st.lapsed is not None:
+            fails.append("LeaseExpired")  # the row may not be swept yet
+        return fails
+    if agent != st.holder:
+        fails += ["PermissionDenied", "InvalidToken"]
+    if token is None:
+        if cfg.strict_tokens or agent != st.holder:
+            fails.append("TokenRequired")
+    elif token != st.token:
+        fails.append("InvalidToken")
+    return fails
+
+
+def _accepted_wrongly(st: TaskState, op: Op) -> tuple[str, str]:
+    """Name the invariant an accepted-but-illegal holder op breaks."""
+    token = op.args.get("token")
+    if st.lapsed is not None and st.status != CLAIMED and token == st.lapsed[1]:
+        return "lease-half-open", (
+            f"{op.op} accepted at t={op.now} although the lease of token {token[:8]}… ended "
+            f"(half-open: the holder loses at lease_expires_at)")
+    if token is not None and token in st.tokens and token != st.token:
+        return "token-unique", (
+            f"{op.op} accepted a retired token {token[:8]}… (replay); current holder "
+            f"{st.holder!r}, status {st.status}")
+    if st.status in TERMINAL:
+        return "no-lost-task", f"{op.op} changed a task in terminal state {st.status}"
+    if st.status != CLAIMED:
+        return "holder-guard", f"{op.op} accepted on a {st.status} task"
+    return "holder-guard", (
+        f"{op.op} by {op.agent!r} with token {token!r:.12} accepted; the holder is "
+        f"{st.holder!r} with another token")
+
+
+def _claim_value_ok(st: TaskState, op: Op, claim: dict[str, Any]) -> str | None:
+    if claim.get("task_id") != st.task_id:
+        return f"claim returned task {claim.get('task_id')!r}, asked for {st.task_id!r}"
+    if claim.get("claimed_at") != op.now:
+        return f"claimed_at {claim.get('claimed_at')} != clock {op.now}"
+    if claim.get("lease_expires_at") != op.now + st.exec_ttl:
+        return (f"lease_expires_at {claim.get('lease_expires_at')} != now + exec_ttl_ms = "
+                f"{op.now + st.exec_ttl}")
+    if claim.get("attempt") not in (None, st.attempt + 1):
+        return f"attempt {claim.get('attempt')} != {st.attempt + 1}"
+    return None
+
+
+def _do_claim(st: TaskState, op: Op, claim: dict[str, Any] | None, cfg: ModelConfig) -> Verdict:
+    agent = op.agent
+    if claim is None:
+        if _ready_for(st, agent) and not st.has_deps:
+            if st.lapsed is not None:
+                return _illegal(st, "lease-half-open", (
+                    f"task {st.task_id} is claimable at t={op.now} (the lease ended at "
+                    f"{st.queued_at}) but the claim returned nothing"))
+            return _illegal(st, "no-lost-task", (
+                f"task {st.task_id} is ready for {agent!r} at t={op.now} but the claim "
+                "returned nothing"))
+        return _legal(st)
+    if st.status == CLAIMED:
+        return _illegal(st, "single-winner", (
+            f"{agent!r} claimed task {st.task_id} at t={op.now} while {st.holder!r} holds it "
+            f"until {st.expires}"))
+    if st.status != SUBMITTED:
+        return _illegal(st, "no-lost-task", f"claimed a {st.status} task {st.task_id}")
+    if st.target is not None and st.target != agent:
+        return _illegal(st, "holder-guard", (
+            f"{agent!r} claimed task {st.task_id}, which is for {st.target!r}"))
+    bad = _claim_value_ok(st, op, claim)
+    if bad:
+        inv = "lease-half-open" if "lease_expires_at" in bad else "linearizable"
+        return _illegal(st, inv, bad)
+    token = claim.get("token")
+    if not token:
+        return _illegal(st, "token-unique", "a claim came back without a token")
+    if token in st.tokens:
+        return _illegal(st, "token-unique", f"token {token[:8]}… issued twice for {st.task_id}")
+    return _legal(replace(
+        st, status=CLAIMED, holder=agent, token=token, expires=claim["lease_expires_at"],
+        attempt=st.attempt + 1, extend_count=0, tokens=st.tokens | {token}, lapsed=None))
+
+
+def _late_salvage(st: TaskState, op: Op) -> TaskState:
+    """A refused fulfill by the holder whose lease ended keeps its result (SPEC §4)."""
+    token = op.args.get("token")
+    if op.op == "fulfill" and st.lapsed is not None and st.lapsed == (op.agent, token):
+        return replace(st, salvage=st.salvage + (("late_result", op.agent, _j(op.args.get("result"))),))
+    return st
+
+
+def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
+    token = op.args.get("token")
+    fails = _guard_failures(st, op.agent, token, cfg)
+    if op.type == OK:
+        if fails:
+            inv, why = _accepted_wrongly(st, op)
+            return _illegal(st, inv, why)
+        return _apply_holder(st, op, cfg)
+    # a refusal
+    err = op.error
+    if not fails:
+        limit = _limit_reason(st, op, cfg)
+        if limit and err == "LimitExceeded":
+            return _legal(st)
+        if err == "InvalidArgument" and op.op == "fail" and not str(op.args.get("reason", "")).strip():
+            return _legal(st)
+        if err == "LeaseExpired":
+            return _illegal(st, "lease-half-open", (
+                f"{op.op} refused with LeaseExpired at t={op.now}, but the lease runs until "
+                f"{st.expires} (half-open: the holder still wins at expires-1)"))
+        return _illegal(st, "holder-guard", (
+            f"{op.op} by the holder with the current token was refused with {err} at t={op.now}"))
+    if err in fails:
+        return _legal(_late_salvage(st, op))
+    return _illegal(st, "holder-guard", (
+        f"{op.op} refused with {err}; SPEC expects one of {sorted(set(fails))}"))
+
+
+def _limit_reason(st: TaskState, op: Op, cfg: ModelConfig) -> str | None:
+    if op.op == "release" and st.release_count >= cfg.max_releases:
+        return "max_releases"
+    if op.op == "extend":
+        if st.extend_count >= cfg.max_extends:
+            return "max_extends"
+        if op.now + st.exec_ttl > st.created_at + 4 * st.queue_ttl:
+            return "hard cap"
+    return None
+
+
+def _apply_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
+    limit = _limit_reason(st, op, cfg)
+    if limit:
+        return _illegal(st, "holder-guard", f"{op.op} accepted past its limit ({limit})")
+    if op.op == "fulfill":
+        return _legal(replace(st, status=COMPLETED, result=_j(op.args.get("result")),
+                              token=None, lapsed=None))
+    if op.op == "fail":
+        return _legal(replace(st, status=FAILED, token=None, lapsed=None))
+    if op.op == "release":
+        return _legal(replace(st, status=SUBMITTED, queued_at=op.now, holder=None, token=None,
+                              expires=None, extend_count=0, release_count=st.release_count + 1,
+                              lapsed=None))
+    if op.op == "extend":
+        want = op.now + st.exec_ttl
+        if op.value not in (None, want):
+            return _illegal(st, "lease-half-open", f"extend returned {op.value}, expected {want}")
+        return _legal(replace(st, expires=want, extend_count=st.extend_count + 1))
+    if op.op == "salvage":
+        return _legal(replace(st, salvage=st.salvage + (("partial", op.agent, _j(op.args.get("partial"))),)))
+    raise ValueError(op.op)
+
+
+def _effective_status(view: dict[str, Any], st: TaskState, now: int) -> str:
+    """The status a read's row means at ``now``: rows are swept lazily (SPEC §3)."""
+    status = view.get("status")
+    if not view.get("is_logically_expired") or status not in (CLAIMED, SUBMITTED):
+        return status
+    as_read = replace(
+        st, status=status, attempt=view.get("attempt", st.attempt),
+        expires=view.get("lease_expires_at"), queued_at=view.get("queued_at", st.queued_at))
+    return advance(as_read, now).status
+
+
+def _do_get(st: TaskState, op: Op) -> Verdict:
+    view = op.value or {}
+    status = _effective_status(view, st, op.now)
+    if view.get("status") == SUBMITTED and st.status == FAILED and st.cascaded:
+        return _legal(st)  # the cascade of a lazily expired dependency is not swept yet
+    if status != st.status:
+        lost = st.status in TERMINAL
+        return _illegal(st, "no-lost-task" if lost else "linearizable", (
+            f"get({st.task_id}) says {view.get('status')}"
+            f"{' (logically expired)' if view.get('is_logically_expired') else ''}, "
+            f"the model says {st.status}"))
+    if "claim_token" in view or "token" in view:
+        return _illegal(st, "token-unique", "a read API exposed the claim token")
+    if st.status == COMPLETED and _j(view.get("result")) != st.result:
+        return _illegal(st, "no-lost-task", (
+            f"task {st.task_id} result is {_j(view.get('result'))}, accepted was {st.result}"))
+    if st.status == CLAIMED and view.get("claimed_by") not in (None, st.holder):
+        return _illegal(st, "single-winner", (
+            f"task {st.task_id} shows holder {view.get('claimed_by')!r}, model {st.holder!r}"))
+    return _legal(st)
+
+
+def _do_salvaged(st: TaskState, op: Op) -> Verdict:
+    got = [(s.get("kind"), s.get("agent_id"), _j(s.get("data"))) for s in (op.value or [])]
+    missing = [s for s in st.salvage if s not in got]
+    if missing:
+        kind, agent, data = missing[0]
+        return _illegal(st, "no-lost-task", (
+            f"salvage of task {st.task_id} lost a {kind} from {agent!r}: {data}"))
+    return _legal(st)
+
+
+def step_task(st: TaskState | None, op: Op, cfg: ModelConfig) -> Verdict:
+    """One operation on one task's state. ``st`` is None before the dispatch."""
+    if op.op == "dispatch":
+        if st is not None:
+            return _illegal(st, "token-unique", f"task id {op.value} was issued twice")
+        return _legal(new_task(op))
+    if st is None:
+        if op.type == FAIL and op.error == "NotFound":
+            return _legal(st)
+        return _illegal(st, "linearizable", f"{op.op} on task {op.task_id} before its dispatch")
+    st = advance(st, op.now)
+    verdict = _step_existing(st, op, cfg)
+    if not verdict.ok and st.has_deps and st.status == SUBMITTED:
+        # the cascade from a failed dependency may have happened just before this op
+        cascaded = replace(st, status=FAILED, cascaded=True)
+        retry = _step_existing(cascaded, op, cfg)
+        if retry.ok:
+            return retry
+    return verdict
+
+
+def _step_existing(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
+    if op.type == INFO:
+        return _step_info(st, op, cfg)
+    if op.op in ("claim", "poll_next"):
+        if op.type == FAIL:
+            if op.error == "NotFound":
+                return _illegal(st, "no-lost-task", f"claim says task {st.task_id} does not exist")
+            return _illegal(st, "linearizable", f"claim refused with {op.error}")
+        return _do_claim(st, op, op.value, cfg)
+    if op.op in ("fulfill", "fail", "release", "extend", "salvage"):
+        return _do_holder(st, op, cfg)
+    if op.op == "get":
+        if op.type == FAIL:
+            return _illegal(st, "no-lost-task", f"get says task {st.task_id} is gone ({op.error})")
+        return _do_get(st, op)
+    if op.op == "salvaged":
+        if op.type == FAIL:
+            return _illegal(st, "no-lost-task", f"salvaged({st.task_id}) refused: {op.error}")
+        return _do_salvaged(st, op)
+    raise ValueError(f"model has no rule for task op {op.op!r}")
+
+
+def _step_info(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
+    """An indeterminate op that the search chose to take effect: assume it succeeded."""
+    if op.op in ("claim", "poll_next"):
+        if not _ready_for(st, op.agent):
+            return _illegal(st, "linearizable", "indeterminate claim of a task that is not ready")
+        return _legal(replace(
+            st, status=CLAIMED, holder=op.agent, token=UNKNOWN_TOKEN,
+            expires=op.now + st.exec_ttl, attempt=st.attempt + 1, extend_count=0, lapsed=None))
+    if op.op in ("fulfill", "fail", "release", "extend", "salvage"):
+        if _guard_failures(st, op.agent, op.args.get("token"), cfg) or _limit_reason(st, op, cfg):
+            return _illegal(st, "linearizable", "indeterminate op that could not have succeeded")
+        fake = Op(**{**op.__dict__, "type": OK, "value": None})
+        return _apply_holder(st, fake, cfg)
+    return _legal(st)  # reads change nothing
+
+
+# ---------------------------------------------------------------------------- locks
+@dataclass(frozen=True)
+class LockState:
+    name: str
+    owner: str | None = None
+    expires: int = 0
+
+
+def step_lock(st: LockState | None, op: Op, cfg: ModelConfig) -> Verdict:
+    """Daemon lock rules (SPEC §4): free, expired (expires_at <= now) or ours -> granted."""
+    name = op.args["name"]
+    st = st or LockState(name)
+    held = st.owner is not None and op.now < st.expires
+    if op.type == INFO:
+        if op.op == "acquire_lock" and (not held or st.owner == op.args["owner"]):
+            return _legal(LockState(name, op.args["owner"], op.now + op.args["ttl_ms"]))
+        if op.op == "release_lock" and held and st.owner == op.args["owner"]:
+            return _legal(LockState(name))
+        return _legal(st)
+    if op.type == FAIL:
+        return _illegal(st, "lock-exclusive", f"{op.op} refused with {op.error}")
+    if op.op == "acquire_lock":
+        owner = op.args["owner"]
+        may = not held or st.owner == owner
+        if op.value and not may:
+            inv = "lease-half-open" if op.now == st.expires - 1 else "lock-exclusive"
+            return _illegal(st, inv, (
+                f"{owner!r} acquired lock {name!r} at t={op.now} while {st.owner!r} holds it "
+                f"until {st.expires}"))
+        if not op.value and may:
+            inv = "lease-half-open" if st.owner is not None and op.now == st.expires else "lock-exclusive"
+            return _illegal(st, inv, (
+                f"{owner!r} was refused lock {name!r} at t={op.now}, but it is "
+                f"{'ours' if st.owner == owner and held else 'free (expired at ' + str(st.expires) + ')'}"))
+        return _legal(LockState(name, owner, op.now + op.args["ttl_ms"]) if op.value else st)
+    if op.op == "release_lock":
+        mine = held and st.owner == op.args["owner"]
+        if bool(op.value) != mine:
+            return _illegal(st, "lock-exclusive", (
+                f"release_lock({name!r}, {op.args['owner']!r}) returned {op.value}, "
+                f"holder is {st.owner if held else None!r}"))
+        return _legal(LockState(name) if mine else st)
+    if op.op == "lock_holder":
+        want = st.owner if held else None
+        if op.value != want:
+            inv = "lease-half-open" if st.owner is not None and op.now in (st.expires - 1, st.expires) else "lock-exclusive"
+            return _illegal(st, inv, f"lock_holder({name!r}) = {op.value!r} at t={op.now}, expected {want!r}")
+        return _legal(st)
+    raise ValueError(op.op)
+
+
+def _due_at(st: TaskState) -> int | None:
+    if st.status == CLAIMED:
+        return st.expires
+    if st.status == SUBMITTED:
+        return st.deadline
+    return None
+
+
+class SequentialModel:
+    """All partitions together, for single-threaded use (the ferry_core state machine test).
+
+    Unlike the per-partition search it knows every task, so it also checks what only a
+    global view can: that ``poll_next`` returns the *oldest* ready task, or None only when
+    nothing is ready, and that dependencies gate readiness.
+    """
+
+    def __init__(self, cfg: ModelConfig | None = None) -> None:
+        self.cfg = cfg or ModelConfig()
+        self.tasks: dict[str, TaskState] = {}
+        self.deps: dict[str, tuple[str, ...]] = {}
+        self.order: dict[str, int] = {}
+        self.locks: dict[str, LockState] = {}
+        self.tokens: set[str] = set()
+
+    def _advance_all(self, now: int) -> None:
+        """Apply due events in time order, cascading failures at the instant they happen
+        (a dependent whose dependency timed out first fails, even if its own window ends
+        later): the same order ferry_core's sweep uses, so neither depends on who looked."""
+        while True:
+            due = [d for d in (_due_at(st) for st in self.tasks.values()) if d is not None and d <= now]
+            if not due:
+                break
+            t = min(due)
+            for tid, st in list(self.tasks.items()):
+                if _due_at(st) == t:
+                    self.tasks[tid] = advance(st, t)
+            self._cascade()
+        self._cascade()
+
+    def _cascade(self) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for tid, st in list(self.tasks.items()):
+                if st.status == SUBMITTED and any(
+                    self.tasks[d].status in (FAILED, TIMED_OUT) for d in self.deps[tid]
+                ):
+                    self.tasks[tid] = replace(st, status=FAILED, cascaded=True)
+                    changed = True
+
+    def ready(self, agent: str) -> list[str]:
+        """Ready task ids for ``agent``, oldest first (SPEC §4 order)."""
+        out = [
+            tid for tid, st in self.tasks.items()
+            if _ready_for(st, agent) and all(self.tasks[d].status == COMPLETED for d in self.deps[tid])
+        ]
+        return sorted(out, key=lambda t: (self.tasks[t].queued_at, self.order[t]))
+
+    def step(self, op: Op) -> Verdict:
+        """Check one observed op and apply it."""
+        self._advance_all(op.now)
+        if op.op == "sweep":
+            # after an explicit sweep every cascade is materialised: no more leniency
+            for tid, st in self.tasks.items():
+                if st.cascaded:
+                    self.tasks[tid] = replace(st, cascaded=False)
+            return _legal(None)
+        if op.op in ("acquire_lock", "release_lock", "lock_holder"):
+            v = step_lock(self.locks.get(op.args["name"]), op, self.cfg)
+            if v.ok:
+                self.locks[op.args["name"]] = v.state
+            return v
+        if op.op == "dispatch":
+            deps = tuple(op.args.get("depends_on") or ())
+            missing = [d for d in deps if d not in self.tasks]
+            if op.type == FAIL:
+                if missing and op.error == "NotFound":
+                    return _legal(None)
+                if op.error == "InvalidArgument":
+                    return _legal(None)
+                return _illegal(None, "linearizable", f"dispatch refused with {op.error}")
+            if missing:
+                return _illegal(None, "dag-order", f"dispatch accepted unknown dependencies {missing}")
+            v = step_task(self.tasks.get(op.value), op, self.cfg)
+            if v.ok:
+                self.tasks[op.value] = v.state
+                self.deps[op.value] = deps
+                self.order[op.value] = len(self.order)
+                self._advance_all(op.now)
+            return v
+        if op.op == "poll_next":
+            ready = self.ready(op.agent)
+            if op.value is None:
+                if ready:
+                    return _illegal(None, "no-lost-task", (
+                        f"poll_next({op.agent!r}) returned nothing at t={op.now}; ready: {ready[:3]}"))
+                return _legal(None)
+            tid = op.value["task_id"]
+            if tid not in ready:
+                inv = "dag-order" if tid in self.tasks and self.tasks[tid].status == SUBMITTED else "single-winner"
+                return _illegal(None, inv, f"poll_next({op.agent!r}) claimed {tid}, not ready")
+            if tid != ready[0]:
+                return _illegal(None, "linearizable", f"poll_next returned {tid}, oldest ready is {ready[0]}")
+            return self._task_step(tid, op)
+        if op.op == "claim" and op.type == OK and op.value is not None:
+            tid = op.args["task_id"]
+            if tid in self.tasks and any(self.tasks[d].status != COMPLETED for d in self.deps[tid]):
+                return _illegal(None, "dag-order", f"task {tid} claimed before its dependencies completed")
+        if op.op == "claim" and op.type == OK and op.value is None:
+            tid = op.args["task_id"]
+            if tid in self.ready(op.agent):
+                return _illegal(None, "no-lost-task", f"claim({tid}) returned nothing but it is ready")
+        tid = op.args.get("task_id")
+        if tid not in self.tasks:
+            return step_task(None, op, self.cfg)
+        return self._task_step(tid, op)
+
+    def _task_step(self, tid: str, op: Op) -> Verdict:
+        st = self.tasks[tid]
+        if op.op in ("claim", "poll_next") and op.type == OK and op.value:
+            token = op.value.get("token")
+            if token in self.tokens:
+                return _illegal(st, "token-unique", f"token {token[:8]}… issued twice")
+        v = step_task(st, op, self.cfg)
+        if v.ok:
+            self.tasks[tid] = v.state
+            if op.op in ("claim", "poll_next") and op.type == OK and op.value:
+                self.tokens.add(op.value["token"])
+            self._advance_all(op.now)
+        return v

@@ -1,0 +1,86 @@
+"""Run one named operation on a store and turn the outcome into plain data.
+
+The single place where the store protocol (SPEC §4) meets the history: workers, the
+sequential state-machine test and the scenarios all call :func:`execute`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ferry_core.errors import FerryError
+
+from .history import FAIL, OK
+
+# op name -> (method, positional arg names); the agent is passed where the protocol wants it.
+PROTOCOL: dict[str, tuple[str, ...]] = {
+    "dispatch": ("target_agent",),
+    "poll_next": ("agent",),
+    "claim": ("task_id", "agent"),
+    "fulfill": ("task_id", "agent", "token", "result"),
+    "fail": ("task_id", "agent", "token", "reason"),
+    "release": ("task_id", "agent", "token", "reason"),
+    "extend": ("task_id", "agent", "token"),
+    "salvage": ("task_id", "agent", "token", "partial"),
+    "sweep": (),
+    "get": ("task_id",),
+    "inspect": (),
+    "salvaged": ("task_id",),
+    "acquire_lock": ("name", "owner", "ttl_ms"),
+    "release_lock": ("name", "owner"),
+    "lock_holder": ("name",),
+    "checkpoint": ("mode",),
+}
+DISPATCH_KWARGS = ("title", "payload", "requester", "depends_on", "queue_ttl_ms",
+                   "exec_ttl_ms", "max_attempts")
+
+
+def plain(value: Any) -> Any:
+    """Dataclasses (Claim, TaskView, Salvage), tuples and lists -> JSON-ready data."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    return value
+
+
+def call(store: Any, op: str, args: dict[str, Any], agent: str) -> Any:
+    """Invoke ``op`` on ``store``; raises whatever the store raises."""
+    if op not in PROTOCOL:
+        raise ValueError(f"unknown operation {op!r}; known: {sorted(PROTOCOL)}")
+    method = getattr(store, op)
+    if op == "dispatch":
+        kwargs = {k: args[k] for k in DISPATCH_KWARGS if k in args}
+        if "depends_on" in kwargs:
+            kwargs["depends_on"] = list(kwargs["depends_on"])
+        return method(args.get("target_agent"), **kwargs)
+    positional = [agent if name == "agent" else args.get(name) for name in PROTOCOL[op]]
+    if op in ("release",) and args.get("reason") is None:
+        positional = positional[:3]
+    if op == "checkpoint" and args.get("mode") is None:
+        positional = []
+    return method(*positional)
+
+
+def execute(store: Any, op: str, args: dict[str, Any], agent: str) -> tuple[str, Any, str | None, str | None]:
+    """Run and classify: (``ok``, value, None, None) or (``fail``, None, error class, message).
+
+    Any exception that is not a typed refusal propagates: the caller records it as
+    ``info`` (indeterminate) and the report lists it as a finding about the store.
+    """
+    try:
+        value = call(store, op, args, agent)
+    except FerryError as exc:
+        return FAIL, None, type(exc).__name__, str(exc)
+    return OK, plain(value), None, None
+
+
+def capabilities(store: Any) -> frozenset[str]:
+    """Operations this store really has (third-party queues lack DAGs, locks, ...)."""
+    declared = getattr(store, "ferry_capabilities", None)
+    if declared is not None:
+        return frozenset(declared)
+    return frozenset(op for op in PROTOCOL if callable(getattr(store, op, None)))
