@@ -1,0 +1,464 @@
+"""Deliberately broken leasing stores: the harness must catch every one of them.
+
+Each class below is ``ferry_core.LeaseStore`` with exactly ONE realistic bug, of a class the
+source articles in ``shared/seeds/`` warn about (``000``: CAS claim, lease tokens, holder
+guard, same-name impersonation; ``001``: TOCTOU, token history, half-open lease, DAG
+readiness; ``003``: WAL, no long transactions, daemon-lock UPSERT, two-phase sweep).
+Everything else is inherited unchanged, so a report about one of these stores points at its
+bug and nothing else. Where a method had to be changed in the middle, it is copied from
+``LeaseStore`` and the broken line is marked ``# BUG``.
+
+The harness loads them as ``tests.broken_stores:<factory>`` and calls
+``factory(path, clock=shared_clock)`` in every worker process; ``BROKEN`` maps each factory
+to the SPEC §8 invariant id it must trip and a one-line description.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sqlite3
+import time
+import uuid
+from typing import Any
+
+from ferry_core import SCHEMA_VERSION, LeaseStore, errors
+from ferry_core.store import _GUARD_COLUMNS, _name, _positive_int, _to_json
+from ferry_core.types import CLAIMED, COMPLETED, Claim, TaskView
+
+# The racy stores sleep this long between their check and their write. On one machine the
+# window between two autocommit statements is a few microseconds, so a stress run would need
+# a very long time to land two workers inside it; 2 ms stands in for what makes it wide in
+# real life (a network hop to the database, a GC pause, a busy CPU), so the bug shows up
+# within a few races instead of a few million.
+TOCTOU_WINDOW_S = 0.002
+
+
+# ---------------------------------------------------------------------- 1. check_then_act
+class CheckThenActStore(LeaseStore):
+    """BUG: the claim is SELECT-then-UPDATE in two autocommit statements (check-then-act).
+
+    Article ``000`` (section 2, the "wrong example" of poll_next_task) and ``001`` (the TOCTOU
+    of "scan, then write owner"): the readiness check is a SELECT and the write is
+    ``UPDATE tasks SET ... WHERE task_id=?`` with no status condition, so two claimers that
+    both passed the check both "win". Used by both ``poll_next`` and ``claim``.
+    Invariant: ``single-winner``.
+    """
+
+    def _cas_claim(self, conn: sqlite3.Connection, task_id: str, agent_id: str,
+                   now: int) -> Claim | None:
+        ready = conn.execute(
+            "SELECT 1 FROM tasks WHERE task_id=:task_id AND status='SUBMITTED'"
+            " AND pending_deps=0 AND queue_deadline > :now"
+            " AND (target_agent IS NULL OR target_agent = :agent)",
+            {"task_id": task_id, "now": now, "agent": agent_id},
+        ).fetchall()
+        if not ready:
+            return None
+        time.sleep(TOCTOU_WINDOW_S)  # widens the TOCTOU window (see TOCTOU_WINDOW_S)
+        token = str(uuid.uuid4())
+        rows = conn.execute(
+            "UPDATE tasks SET status='CLAIMED', claimed_by=:agent, claim_token=:token,"
+            " claimed_at=:now, lease_expires_at=:now + exec_ttl_ms, attempt=attempt + 1,"
+            " extend_count=0"
+            " WHERE task_id=:task_id"  # BUG: no "AND status='SUBMITTED' ..." and no changes==1
+            " RETURNING claimed_at, lease_expires_at, attempt",
+            {"agent": agent_id, "token": token, "now": now, "task_id": task_id},
+        ).fetchall()
+        claimed_at, expires, attempt = rows[0]
+        return Claim(task_id, agent_id, token, claimed_at, expires, attempt)
+
+
+def check_then_act(path: str, *, clock) -> CheckThenActStore:
+    return CheckThenActStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 2. token_not_retired
+class TokenNotRetiredStore(LeaseStore):
+    """BUG: the holder guard accepts any token ever issued for the task (no retirement).
+
+    Article ``000`` (release must reset ``claim_token`` to NULL so the old one is dead) and
+    ``001`` (the token history table makes a token unusable after completion or expiry):
+    here the guard looks the token up in the ``claim_tokens`` history instead of comparing
+    it with the row's current token, so after a release or an expiry, when the same agent
+    claims the task again, the previous claim's token is still accepted (replay).
+    Invariant: ``token-unique``.
+    """
+
+    def _guard(self, task_id: str, agent_id: str, token: str | None, now: int) -> tuple:
+        _name("task_id", task_id)
+        _name("agent_id", agent_id)
+        if token is not None and not isinstance(token, str):
+            raise errors.InvalidArgument(f"token must be a string or None, got {type(token).__name__}")
+        rows = self._rows(f"SELECT {_GUARD_COLUMNS} FROM tasks WHERE task_id=?", (task_id,))
+        if not rows:
+            raise errors.NotFound(f"task {task_id!r} does not exist")
+        status, target, holder, expires, row_token = rows[0]
+        if target is not None and target != agent_id:
+            raise errors.PermissionDenied(f"task {task_id} is for agent {target!r}, not {agent_id!r}")
+        if status != CLAIMED:
+            raise errors.WrongState(f"task {task_id} is {status}, not CLAIMED; claim it first")
+        if now >= expires:
+            raise errors.LeaseExpired(
+                f"lease on task {task_id} ended at {expires} (now {now}); poll for new work")
+        if holder != agent_id:
+            raise errors.PermissionDenied(f"task {task_id} is held by {holder!r}, not {agent_id!r}")
+        if token is None:
+            if self.strict_tokens:
+                raise errors.TokenRequired(
+                    f"task {task_id}: pass the claim token you got from claim/poll_next")
+        elif not self._rows(  # BUG: "was it ever issued for this task", not "is it current"
+                "SELECT 1 FROM claim_tokens WHERE token=? AND task_id=?", (token, task_id)):
+            raise errors.InvalidToken(f"task {task_id}: token was never issued for this task")
+        return rows[0]
+
+
+def token_not_retired(path: str, *, clock) -> TokenNotRetiredStore:
+    return TokenNotRetiredStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 3. agent_only_guard
+class AgentOnlyGuardStore(LeaseStore):
+    """BUG: holder operations check only the agent name, never the claim token.
+
+    Article ``000`` section 3, "same-name instance impersonation": two worker processes run
+    under the same agent id; instance B (which never claimed) calls fulfill with no token or
+    a wrong one and is accepted because ``claimed_by`` equals its name.
+    Invariant: ``holder-guard``.
+    """
+
+    def _guard(self, task_id: str, agent_id: str, token: str | None, now: int) -> tuple:
+        _name("task_id", task_id)
+        _name("agent_id", agent_id)
+        if token is not None and not isinstance(token, str):
+            raise errors.InvalidArgument(f"token must be a string or None, got {type(token).__name__}")
+        rows = self._rows(f"SELECT {_GUARD_COLUMNS} FROM tasks WHERE task_id=?", (task_id,))
+        if not rows:
+            raise errors.NotFound(f"task {task_id!r} does not exist")
+        status, target, holder, expires, row_token = rows[0]
+        if target is not None and target != agent_id:
+            raise errors.PermissionDenied(f"task {task_id} is for agent {target!r}, not {agent_id!r}")
+        if status != CLAIMED:
+            raise errors.WrongState(f"task {task_id} is {status}, not CLAIMED; claim it first")
+        if now >= expires:
+            raise errors.LeaseExpired(
+                f"lease on task {task_id} ended at {expires} (now {now}); poll for new work")
+        if holder != agent_id:
+            raise errors.PermissionDenied(f"task {task_id} is held by {holder!r}, not {agent_id!r}")
+        # BUG: the token checks (TokenRequired / InvalidToken) are missing: the name is proof.
+        return rows[0]
+
+
+def agent_only_guard(path: str, *, clock) -> AgentOnlyGuardStore:
+    return AgentOnlyGuardStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 4. closed_lease
+class ClosedLeaseStore(LeaseStore):
+    """BUG: the lease is the closed interval ``[claimed_at, lease_expires_at]``.
+
+    Article ``001`` ("half-open interval [claimed_at, lease_expires_at): reclaim with <=,
+    completion check with >=, the boundary is exactly one millisecond"): every lease test
+    here uses ``now > lease_expires_at`` for "over", consistently (Python guard, the holder
+    write's WHERE, the due-check read, the sweep, ``is_logically_expired``), so at
+    ``t = lease_expires_at`` the holder is still accepted and nobody can reclaim; reclaim
+    works from ``lease_expires_at + 1``. The queue window and daemon locks stay correct.
+    Invariant: ``lease-half-open``.
+    """
+
+    _HOLDER_WHERE = (
+        " WHERE task_id=:task_id AND status='CLAIMED' AND claim_token=:row_token"
+        " AND lease_expires_at >= :now"  # BUG: > :now
+    )
+    _DUE_SQL = (
+        "SELECT EXISTS(SELECT 1 FROM tasks WHERE status='CLAIMED' AND lease_expires_at < ?)"  # BUG
+        " OR EXISTS(SELECT 1 FROM tasks WHERE status='SUBMITTED' AND queue_deadline <= ?)"
+    )
+
+    def _guard(self, task_id: str, agent_id: str, token: str | None, now: int) -> tuple:
+        # BUG: the reference guard refuses when ``now >= expires``; judging the lease at
+        # ``now - 1`` (``now`` is used for nothing else there) makes that ``now > expires``.
+        return super()._guard(task_id, agent_id, token, now - 1)
+
+    def _apply_due(self, conn: sqlite3.Connection, now: int) -> int:
+        changed = 0
+        while True:
+            t = conn.execute(
+                "SELECT min(t) FROM ("
+                " SELECT min(lease_expires_at) AS t FROM tasks"
+                "  WHERE status='CLAIMED' AND lease_expires_at < ?1"  # BUG: <= ?1
+                " UNION ALL SELECT min(queue_deadline) FROM tasks"
+                "  WHERE status='SUBMITTED' AND queue_deadline <= ?1)",
+                (now,),
+            ).fetchall()[0][0]
+            if t is None:
+                return changed
+            conn.execute(
+                "UPDATE claim_tokens SET retired_at=?1, retired_why='expiry' WHERE token IN"
+                " (SELECT claim_token FROM tasks WHERE status='CLAIMED' AND lease_expires_at=?1)",
+                (t,),
+            )
+            changed += conn.execute(
+                "UPDATE tasks SET"
+                " status = CASE WHEN attempt < max_attempts THEN 'SUBMITTED' ELSE 'TIMED_OUT' END,"
+                " queued_at = ?1, queue_deadline = ?1 + queue_ttl_ms,"
+                " completed_at = CASE WHEN attempt < max_attempts THEN NULL ELSE ?1 END,"
+                " error_reason = CASE WHEN attempt < max_attempts THEN NULL"
+                "   ELSE 'lease expired on attempt ' || attempt || ' of ' || max_attempts END,"
+                " claim_token = NULL, claimed_by = NULL, claimed_at = NULL,"
+                " lease_expires_at = NULL, extend_count = 0"
+                " WHERE status='CLAIMED' AND lease_expires_at = ?1",
+                (t,),
+            ).rowcount
+            changed += conn.execute(
+                "UPDATE tasks SET status='TIMED_OUT', completed_at=?1,"
+                " error_reason='queue window ended before any claim'"
+                " WHERE status='SUBMITTED' AND queue_deadline = ?1",
+                (t,),
+            ).rowcount
+            changed += self._cascade(conn, t)
+
+    def _view(self, row: tuple, now: int) -> TaskView:
+        view = super()._view(row, now)
+        if view.status == CLAIMED:  # BUG: now > expires
+            view = dataclasses.replace(view, is_logically_expired=now > view.lease_expires_at)
+        return view
+
+
+def closed_lease(path: str, *, clock) -> ClosedLeaseStore:
+    return ClosedLeaseStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 5. long_reader
+def _ending_stale_read(method):
+    @functools.wraps(method)
+    def wrapper(self: LongReaderStore, *args: Any, **kwargs: Any) -> Any:
+        self._end_stale_read()
+        return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+class LongReaderStore(LeaseStore):
+    """BUG: ``get()`` and ``inspect()`` leave their read transaction open.
+
+    Article ``003`` section 4 ("no long transactions": a long transaction stops the WAL
+    checkpoint from writing the log back, and the -wal grows to hundreds of MB): the reads
+    run in a ``BEGIN`` "for a consistent snapshot" that is never committed. It is ended only
+    by the next other call on the same store (so this store's own writes and checkpoints
+    still work), but between calls the snapshot pins the WAL: a ``TRUNCATE`` checkpoint from
+    any other connection returns busy and leaves the -wal non-empty.
+    Invariant: ``wal-bounded``.
+    """
+
+    def _end_stale_read(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("COMMIT")
+
+    def get(self, task_id: str) -> TaskView:
+        self._end_stale_read()
+        self._conn.execute("BEGIN")  # BUG: never committed by get()
+        return super().get(task_id)
+
+    def inspect(self, agent_id: str | None = None) -> list[TaskView]:
+        self._end_stale_read()
+        self._conn.execute("BEGIN")  # BUG: never committed by inspect()
+        return super().inspect(agent_id)
+
+    dispatch = _ending_stale_read(LeaseStore.dispatch)
+    poll_next = _ending_stale_read(LeaseStore.poll_next)
+    claim = _ending_stale_read(LeaseStore.claim)
+    fulfill = _ending_stale_read(LeaseStore.fulfill)
+    fail = _ending_stale_read(LeaseStore.fail)
+    release = _ending_stale_read(LeaseStore.release)
+    extend = _ending_stale_read(LeaseStore.extend)
+    salvage = _ending_stale_read(LeaseStore.salvage)
+    sweep = _ending_stale_read(LeaseStore.sweep)
+    salvaged = _ending_stale_read(LeaseStore.salvaged)
+    acquire_lock = _ending_stale_read(LeaseStore.acquire_lock)
+    release_lock = _ending_stale_read(LeaseStore.release_lock)
+    lock_holder = _ending_stale_read(LeaseStore.lock_holder)
+    checkpoint = _ending_stale_read(LeaseStore.checkpoint)
+
+
+def long_reader(path: str, *, clock) -> LongReaderStore:
+    return LongReaderStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 6. dependency_ignored
+class DependencyIgnoredStore(LeaseStore):
+    """BUG: readiness ignores dependencies (``pending_deps`` is not checked when claiming).
+
+    Article ``001`` (the claim transaction must "load and validate the DAG in the same
+    snapshot" and only pick tasks whose dependencies are done): here both the pick of
+    ``poll_next`` and the claiming UPDATE (used by ``claim`` too) drop the
+    ``pending_deps=0`` condition, so a dependent task is handed out before its dependencies
+    are COMPLETED. Invariant: ``dag-order``.
+    """
+
+    _CLAIM_SET = (
+        "UPDATE tasks SET status='CLAIMED', claimed_by=:agent, claim_token=:token,"
+        " claimed_at=:now, lease_expires_at=:now + exec_ttl_ms, attempt=attempt + 1,"
+        " extend_count=0"
+        " WHERE task_id=:task_id AND status='SUBMITTED'"  # BUG: no "AND pending_deps=0"
+        " AND queue_deadline > :now AND (target_agent IS NULL OR target_agent = :agent)"
+        " RETURNING claimed_at, lease_expires_at, attempt"
+    )
+    _PICK_SQL = (  # BUG: no "AND pending_deps=0" (and so no INDEXED BY tasks_ready)
+        "SELECT queued_at, seq, task_id FROM tasks"
+        " WHERE status='SUBMITTED' AND target_agent {} AND queue_deadline > ?"
+        " ORDER BY queued_at, seq LIMIT 1"
+    )
+    _PICK_ANY = _PICK_SQL.format("IS NULL")
+    _PICK_MINE = _PICK_SQL.format("= ?")
+
+
+def dependency_ignored(path: str, *, clock) -> DependencyIgnoredStore:
+    return DependencyIgnoredStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 7. unconditional_lock
+class UnconditionalLockStore(LeaseStore):
+    """BUG: the daemon-lock UPSERT has no WHERE clause, so it always takes the lock.
+
+    Article ``003`` (the ``daemon_locks`` UPSERT is only safe because its DO UPDATE is
+    conditional on "expired or already mine"): without the condition a second daemon
+    silently steals an unexpired lock. Invariant: ``lock-exclusive``.
+    """
+
+    def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+        _name("lock name", name)
+        _name("owner", owner)
+        _positive_int("ttl_ms", ttl_ms)
+        now = self._now()
+        rows = self._busy.run(lambda: self._rows(
+            "INSERT INTO daemon_locks(name, owner, expires_at, acquired_at)"
+            " VALUES (:name, :owner, :now + :ttl, :now)"
+            " ON CONFLICT(name) DO UPDATE SET owner=excluded.owner,"
+            "  expires_at=excluded.expires_at,"
+            "  acquired_at=CASE WHEN daemon_locks.owner = excluded.owner"
+            "   AND daemon_locks.expires_at > :now THEN daemon_locks.acquired_at"
+            "   ELSE excluded.acquired_at END"
+            # BUG: missing " WHERE daemon_locks.expires_at <= :now OR daemon_locks.owner = excluded.owner"
+            " RETURNING owner",
+            {"name": name, "owner": owner, "now": now, "ttl": ttl_ms},
+        ))
+        return len(rows) == 1
+
+
+def unconditional_lock(path: str, *, clock) -> UnconditionalLockStore:
+    return UnconditionalLockStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 8. busy_idle_poll
+class BusyIdlePollStore(LeaseStore):
+    """BUG: every ``poll_next`` runs an "ensure schema" step that writes, even when idle.
+
+    Article ``003`` section 5 (the two-phase sweep: "a pointless write on every poll appends
+    a transaction to the WAL even when nothing timed out"): this store calls a schema
+    check copied into the hot path, which re-stamps ``PRAGMA user_version`` on every poll.
+    Setting it, even to the value it already has, rewrites page 1 and appends a WAL frame,
+    so an idle poll writes. (Subtler versions of the bug are invisible: a blind UPDATE that
+    matches no row, or that rewrites a row with identical values, appends no frame, since
+    SQLite skips identical cell overwrites; and ferry_core refuses files with extra tables,
+    so a "last seen" heartbeat table is not an option.) Invariant: ``idle-no-write``.
+    """
+
+    def _ensure_schema(self) -> None:
+        self._rows(f"PRAGMA user_version={SCHEMA_VERSION}")  # BUG: a write on every call
+
+    def poll_next(self, agent_id: str) -> Claim | None:
+        _name("agent_id", agent_id)
+        self._ensure_schema()
+        return super().poll_next(agent_id)
+
+
+def busy_idle_poll(path: str, *, clock) -> BusyIdlePollStore:
+    return BusyIdlePollStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 9. dropped_late_result
+class DroppedLateResultStore(LeaseStore):
+    """BUG: a late ``fulfill`` (after the lease ended) is refused and its result thrown away.
+
+    SPEC §4 ("a late fulfill is refused with LeaseExpired, but its result is kept as
+    salvage: no delivered work is ever silently dropped"), from the salvage of article
+    ``000``'s release/expiry cleanup: here the refusal is right but the late result is not
+    kept. Invariant: ``no-lost-task``.
+    """
+
+    def _keep_late(self, conn: sqlite3.Connection, task_id: str, agent_id: str,
+                   token: str | None, result: Any, now: int) -> None:
+        return  # BUG: the late result should be inserted into salvage as 'late_result'
+
+
+def dropped_late_result(path: str, *, clock) -> DroppedLateResultStore:
+    return DroppedLateResultStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 10. double_finish
+class DoubleFinishStore(LeaseStore):
+    """BUG: fulfill checks the holder guard, then writes by primary key only.
+
+    Articles ``000``/``001`` (a check in application code is a race; the final UPDATE must
+    repeat the condition and check ``changes == 1``): fulfill runs the full guard in Python
+    (in its own short statement), then, in a second transaction,
+    ``UPDATE tasks SET status='COMPLETED', result=? ... WHERE task_id=?`` with no status or
+    token condition. Two concurrent fulfills with the same token both succeed (the second
+    overwrites the first's result), and a fulfill racing a release, an expiry or a
+    re-claim completes a task its token no longer holds.
+
+    Which SPEC §8 id the harness reports depends on what it sees: a non-holder changing the
+    task is ``holder-guard`` (the id declared here); the overwritten result of a COMPLETED
+    task is also ``no-lost-task``, and the history is not ``linearizable`` either (the model
+    refuses the second fulfill with WrongState).
+    """
+
+    def fulfill(self, task_id: str, agent_id: str, token: str | None, result: Any = None) -> None:
+        result_json = _to_json("result", result)
+        # Check: the reference guard (and its late-result salvage), with no write of its own.
+        row_token, now = self._holder_write(
+            "fulfill", task_id, agent_id, token, lambda conn, row_token, now: (row_token, now),
+            late_result=result, has_late=True)
+        time.sleep(TOCTOU_WINDOW_S)  # widens the TOCTOU window (see TOCTOU_WINDOW_S)
+        with self._tx() as conn:
+            was = conn.execute("SELECT status FROM tasks WHERE task_id=?", (task_id,)).fetchall()
+            conn.execute(  # BUG: should be "... AND status='CLAIMED' AND claim_token=?" + changes==1
+                "UPDATE tasks SET status='COMPLETED', result=?, completed_at=?, claim_token=NULL"
+                " WHERE task_id=?", (result_json, now, task_id))
+            self._retire(conn, row_token, now, "complete")
+            if was[0][0] != COMPLETED:  # bookkeeping kept exact: dependents count it once
+                conn.execute(
+                    "UPDATE tasks SET pending_deps = pending_deps - 1 WHERE task_id IN"
+                    " (SELECT task_id FROM task_deps WHERE depends_on=?)", (task_id,))
+
+
+def double_finish(path: str, *, clock) -> DoubleFinishStore:
+    return DoubleFinishStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- registry
+BROKEN: dict[str, tuple[str, str]] = {
+    "check_then_act": (
+        "single-winner", "claim is SELECT-then-unconditional-UPDATE: two racing claimers both win"),
+    "token_not_retired": (
+        "token-unique", "guard accepts any token ever issued for the task: old tokens replay"),
+    "agent_only_guard": (
+        "holder-guard", "guard checks only the agent name: a same-name instance needs no token"),
+    "closed_lease": (
+        "lease-half-open", "lease is [claimed_at, expires]: holder accepted AT expiry, reclaim from +1"),
+    "long_reader": (
+        "wal-bounded", "get()/inspect() leave a read transaction open: TRUNCATE cannot empty -wal"),
+    "dependency_ignored": (
+        "dag-order", "claim/poll_next ignore pending dependencies"),
+    "unconditional_lock": (
+        "lock-exclusive", "daemon-lock UPSERT without WHERE: always steals the lock"),
+    "busy_idle_poll": (
+        "idle-no-write", "every poll_next re-stamps PRAGMA user_version: idle polls write"),
+    "dropped_late_result": (
+        "no-lost-task", "late fulfill raises LeaseExpired and drops the result (no salvage)"),
+    "double_finish": (
+        "holder-guard", "fulfill checks in Python then UPDATEs by task_id only: double finish"),
+}
+
+__all__ = ["BROKEN", "TOCTOU_WINDOW_S", *BROKEN]
