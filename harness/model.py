@@ -84,6 +84,7 @@ class TaskState:
     lapsed: tuple[str, str] | None = None  # (holder, token) of a lease ended by time
     salvage: tuple[tuple[str, str, str], ...] = ()  # (kind, agent, JSON) expected in salvaged()
     cascaded: bool = False  # FAILED by a dependency, possibly not yet swept by the store
+    seen: bool = False  # a read showed the store's row in a terminal state
 
     @property
     def deadline(self) -> int:
@@ -316,6 +317,8 @@ def _do_get(st: TaskState, op: Op) -> Verdict:
     if st.status == CLAIMED and view.get("claimed_by") not in (None, st.holder):
         return _illegal(st, "single-winner", (
             f"task {st.task_id} shows holder {view.get('claimed_by')!r}, model {st.holder!r}"))
+    if view.get("status") in TERMINAL and not st.seen:
+        return _legal(replace(st, seen=True))
     return _legal(st)
 
 
@@ -329,6 +332,16 @@ def _do_salvaged(st: TaskState, op: Op) -> Verdict:
     return _legal(st)
 
 
+def _may_cascade(st: TaskState) -> bool:
+    """Could a dependency's failure have made this task FAILED without the model seeing it?
+
+    Only for a task with dependencies that was never claimed, whose terminal state (if any)
+    the model inferred from time rather than read from the store.
+    """
+    return (st.has_deps and st.attempt == 0 and not st.seen
+            and st.status in (SUBMITTED, TIMED_OUT))
+
+
 def step_task(st: TaskState | None, op: Op, cfg: ModelConfig) -> Verdict:
     """One operation on one task's state. ``st`` is None before the dispatch."""
     if op.op == "dispatch":
@@ -339,11 +352,13 @@ def step_task(st: TaskState | None, op: Op, cfg: ModelConfig) -> Verdict:
         if op.type == FAIL and op.error == "NotFound":
             return _legal(st)
         return _illegal(st, "linearizable", f"{op.op} on task {op.task_id} before its dispatch")
+    before = st
     st = advance(st, op.now)
     verdict = _step_existing(st, op, cfg)
-    if not verdict.ok and st.has_deps and st.status == SUBMITTED:
-        # the cascade from a failed dependency may have happened just before this op
-        cascaded = replace(st, status=FAILED, cascaded=True)
+    if not verdict.ok and _may_cascade(before):
+        # a dependency may have failed (or timed out) at any moment while this task waited:
+        # the cascade would have made it FAILED before its own deadline passed
+        cascaded = replace(before, status=FAILED, cascaded=True)
         retry = _step_existing(cascaded, op, cfg)
         if retry.ok:
             return retry

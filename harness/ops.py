@@ -7,6 +7,7 @@ sequential state-machine test and the scenarios all call :func:`execute`.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
 from ferry_core.errors import FerryError
@@ -83,4 +84,11 @@ def capabilities(store: Any) -> frozenset[str]:
     declared = getattr(store, "ferry_capabilities", None)
     if declared is not None:
         return frozenset(declared)
-    return frozenset(op for op in PROTOCOL if callable(getattr(store, op, None)))
+    ops = {op for op in PROTOCOL if callable(getattr(store, op, None))}
+    if "dispatch" in ops:
+        try:
+            if "depends_on" in inspect.signature(store.dispatch).parameters:
+                ops.add("dag")
+        except (TypeError, ValueError):
+            pass
+    return frozenset(ops)

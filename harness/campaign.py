@@ -1,0 +1,351 @@
+"""A fuzz campaign: generate with Hypothesis, shrink and replay ourselves, write the report.
+
+Real races do not repeat on demand, so Hypothesis only *generates* here (phase
+``generate``): it never shrinks, so it can never raise ``Flaky``. Failing executions are
+kept as plain step lists; our shrinker removes steps while the failure still shows up in
+*any* of a few tries, and the final minimal example is replayed N times to say how often it
+reproduces ("reproduced 7/10"). The discovering execution's history is always kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis.stateful import get_state_machine_test
+
+from .checker import Checker, Violation, invariant_status, refusals
+from .client import WorkerPool
+from .clock import SharedClock
+from .executor import Executor, Stats
+from .generator import ViolationFound, machine_for
+from .history import History
+from .model import ModelConfig
+
+REPLAY_TRIES = 10
+SHRINK_TRIES = 3
+
+
+@dataclass
+class CampaignConfig:
+    target: str = "ferry_core:LeaseStore"
+    workers: int = 4
+    budget_s: float | None = 30.0
+    max_examples: int | None = None
+    seed: int = 0
+    report_dir: str = "reports/latest"
+    steps_per_example: int = 30
+    faults: tuple[str, ...] = ()
+    wal_bound_bytes: int = 64 << 20
+    shrink_budget_s: float = 30.0
+    batch: int = 5
+
+
+@dataclass
+class Failure:
+    """One failing execution, as plain data."""
+
+    steps: list[dict[str, Any]]
+    history: History
+    violations: list[Violation]
+
+    @property
+    def invariant(self) -> str:
+        return self.violations[0].invariant
+
+
+@dataclass
+class Outcome:
+    verdict: str
+    report: dict[str, Any]
+    report_dir: Path
+    failure: Failure | None = None
+    reproduced: tuple[int, int] | None = None
+    stats: Stats = field(default_factory=Stats)
+    history: History = field(default_factory=History)
+
+
+class Runner:
+    """Owns the pool and the database directory; runs examples and step lists."""
+
+    def __init__(self, cfg: CampaignConfig) -> None:
+        self.cfg = cfg
+        self.clock = SharedClock()
+        self.pool = WorkerPool(cfg.target, self.clock, cfg.workers)
+        self.tmp = tempfile.mkdtemp(prefix="ferry-")
+        self.stats = Stats()
+        self.checker = Checker(ModelConfig(), wal_bound_bytes=cfg.wal_bound_bytes)
+        self.nemesis = None
+        if cfg.faults:
+            from .nemesis import Nemesis
+
+            self.nemesis = Nemesis(cfg.faults, self.stats)
+        self.pool_start_s = 0.0
+
+    def __enter__(self) -> Runner:
+        t = time.perf_counter()
+        self.pool.start()
+        self.pool_start_s = time.perf_counter() - t
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def executor(self) -> Executor:
+        self.stats.examples += 1
+        return Executor(self.pool, self.clock, os.path.join(self.tmp, "ferry.db"),
+                        checker=self.checker, stats=self.stats, example=self.stats.examples,
+                        nemesis=self.nemesis)
+
+    def run_steps(self, steps: list[dict[str, Any]]) -> tuple[list[Violation], Executor]:
+        """Run a step list on a fresh database; stop at the first violating step."""
+        ex = self.executor()
+        for step in steps:
+            if step.get("kind") == "audit":
+                continue
+            found = ex.run_step(dict(step))
+            if found:
+                return found, ex
+        return ex.finish(), ex
+
+
+class Campaign:
+    """``ferry-harness fuzz``: the main job."""
+
+    def __init__(self, cfg: CampaignConfig, progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.cfg = cfg
+        self.progress = progress or (lambda _s: None)
+        self.failures: list[Failure] = []
+        self.passes: list[History] = []
+        self.capabilities: set[str] = set()
+        self.workers = cfg.workers
+        self.faults = cfg.faults
+        self.first_example_s: float | None = None
+        self._example_started = 0.0
+        self.example_times: list[float] = []
+
+    # ---------------------------------------------------------------- Context protocol
+    def new_executor(self) -> Executor:
+        self._example_started = time.perf_counter()
+        ex = self.runner.executor()
+        self.capabilities |= ex.capabilities
+        return ex
+
+    def _example_done(self) -> None:
+        dt = time.perf_counter() - self._example_started
+        if self.first_example_s is None:
+            self.first_example_s = dt
+        else:
+            self.example_times.append(dt)
+        self.progress(self.snapshot())
+
+    def record_failure(self, ex: Executor, violations: list[Violation]) -> None:
+        self.failures.append(Failure(list(ex.steps), ex.history, violations))
+        self._example_done()
+
+    def record_pass(self, ex: Executor) -> None:
+        self.passes = (self.passes + [ex.history])[-20:]
+        self._example_done()
+
+    def snapshot(self) -> dict[str, Any]:
+        s = self.runner.stats
+        return {"examples": s.examples, "race_rounds": s.race_rounds, "ops": s.ops,
+                "violations": len(self.failures), "elapsed": time.perf_counter() - self.t0,
+                "budget": self.cfg.budget_s, "phase": self.phase}
+
+    # ---------------------------------------------------------------- main
+    def run(self) -> Outcome:
+        self.t0 = time.perf_counter()
+        self.phase = "fuzzing"
+        with Runner(self.cfg) as runner:
+            self.runner = runner
+            self._generate()
+            failure, reproduced = None, None
+            if self.failures:
+                self.phase = "shrinking"
+                self.progress(self.snapshot())
+                failure = self._shrink(self._smallest())
+                self.phase = "replaying"
+                self.progress(self.snapshot())
+                reproduced, replayed = replay_count(runner, failure, REPLAY_TRIES)
+                if replayed is not None:
+                    failure = replayed
+            seconds = time.perf_counter() - self.t0
+            return self._outcome(failure, reproduced, seconds)
+
+    def _budget_left(self) -> bool:
+        if self.cfg.budget_s is not None and time.perf_counter() - self.t0 >= self.cfg.budget_s:
+            return False
+        if self.cfg.max_examples is not None and self.runner.stats.examples >= self.cfg.max_examples:
+            return False
+        return True
+
+    def _generate(self) -> None:
+        machine = machine_for(self)
+        batch = 0
+        while self._budget_left() and not self.failures:
+            n = self.cfg.batch
+            if self.cfg.max_examples is not None:
+                n = min(n, self.cfg.max_examples - self.runner.stats.examples)
+            test = get_state_machine_test(machine, settings=settings(
+                max_examples=max(1, n), stateful_step_count=self.cfg.steps_per_example,
+                deadline=None, database=None, phases=[Phase.generate],
+                suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False))
+            test = seed(self.cfg.seed * 1_000_003 + batch)(test)
+            batch += 1
+            try:
+                test()
+            except ViolationFound:
+                pass  # recorded by record_failure
+
+    def _smallest(self) -> Failure:
+        return min(self.failures, key=lambda f: len(f.steps))
+
+    def _shrink(self, failure: Failure) -> Failure:
+        deadline = time.perf_counter() + self.cfg.shrink_budget_s
+        return shrink(self.runner, failure, deadline=deadline)
+
+    # ---------------------------------------------------------------- report
+    def _outcome(self, failure: Failure | None, reproduced: tuple[int, int] | None,
+                 seconds: float) -> Outcome:
+        stats = self.runner.stats
+        invariants = invariant_status(self.capabilities)
+        verdict = "fail" if failure else ("pass" if stats.examples else "unknown")
+        if verdict == "pass" and self.runner.checker.unknown:
+            verdict = "unknown"
+        history = failure.history if failure else (self.passes[-1] if self.passes else History())
+        steady = sorted(self.example_times)[len(self.example_times) // 2] if self.example_times else None
+        report: dict[str, Any] = {
+            "verdict": verdict,
+            "target": self.cfg.target,
+            "mode": "stress",
+            "seed": self.cfg.seed,
+            "workers": self.cfg.workers,
+            "faults": list(self.cfg.faults),
+            "invariants": invariants,
+            "violations": [],
+            "stats": {
+                "examples": stats.examples, "steps": stats.steps, "ops": stats.ops,
+                "race_rounds": stats.race_rounds, "seconds": round(seconds, 3),
+                "race_rounds_per_s": round(stats.race_rounds / seconds, 1) if seconds else 0,
+                "pool_start_s": round(self.runner.pool_start_s, 4),
+                "first_example_s": round(self.first_example_s or 0, 4),
+                "steady_example_s": round(steady, 4) if steady is not None else None,
+                "workers_replaced": self.runner.pool.replaced,
+                "refusals": refusals(history),
+                "faults": dict(stats.faults),
+            },
+            "unknown": list(self.runner.checker.unknown),
+            "findings": [],
+        }
+        if failure:
+            report["violations"] = [violation_entry(v, failure, reproduced) for v in failure.violations]
+            report["discovery"] = {"steps": len(self._smallest().steps),
+                                   "examples_until_found": stats.examples}
+        return Outcome(verdict, report, Path(self.cfg.report_dir), failure, reproduced, stats, history)
+
+
+def violation_entry(v: Violation, failure: Failure, reproduced: tuple[int, int] | None) -> dict[str, Any]:
+    """A violation as the report stores it: the minimal steps and the ops involved."""
+    involved = set(v.ops) | set(v.detail.get("partition_ops", []))
+    entry = v.to_dict()
+    entry["steps"] = failure.steps
+    entry["history"] = [o.to_dict() for o in failure.history if o.index in involved]
+    if reproduced is not None:
+        entry["reproduced"] = f"{reproduced[0]}/{reproduced[1]}"
+    return entry
+
+
+def _fails_like(runner: Runner, steps: list[dict[str, Any]], invariant: str,
+                tries: int) -> Failure | None:
+    for _ in range(tries):
+        found, ex = runner.run_steps(steps)
+        if any(v.invariant == invariant for v in found):
+            return Failure(list(ex.steps), ex.history, found)
+    return None
+
+
+def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SHRINK_TRIES) -> Failure:
+    """Delta-debug the step list: drop chunks, then single steps, then simplify steps.
+
+    A candidate counts as failing if *any* of ``tries`` runs shows the same invariant,
+    so a flaky race does not stop the shrink (nor does it ever surface as an error).
+    """
+    inv = failure.invariant
+    best = failure
+    steps = [s for s in failure.steps if s.get("kind") != "audit"]
+    chunk = max(1, len(steps) // 2)
+    while chunk >= 1 and time.perf_counter() < deadline:
+        i, progressed = 0, False
+        while i < len(steps) and time.perf_counter() < deadline:
+            cand = steps[:i] + steps[i + chunk:]
+            got = _fails_like(runner, cand, inv, tries) if cand else None
+            if got:
+                steps, best, progressed = cand, got, True
+            else:
+                i += chunk
+        if not progressed:
+            chunk //= 2
+    for i in range(len(steps)):
+        for simpler in _simplifications(steps[i]):
+            if time.perf_counter() >= deadline:
+                return best
+            cand = steps[:i] + [simpler] + steps[i + 1:]
+            got = _fails_like(runner, cand, inv, tries)
+            if got:
+                steps[i], best = simpler, got
+    return best
+
+
+def _simplifications(step: dict[str, Any]) -> list[dict[str, Any]]:
+    """Smaller variants of one step: fewer racers, no dependencies, a plain holder."""
+    out = []
+    for key in ("agents", "owners"):
+        if len(step.get(key, [])) > 2:
+            out.append({**step, key: step[key][:2]})
+    if step.get("deps"):
+        out.append({**step, "deps": []})
+    if step.get("race", 1) > 1:
+        out.append({**step, "race": 2} if step["race"] > 2 else {**step, "race": 1})
+    return out
+
+
+def replay_count(runner: Runner, failure: Failure, tries: int) -> tuple[tuple[int, int], Failure | None]:
+    """Run the minimal steps ``tries`` times; how many showed the same invariant."""
+    hits, last = 0, None
+    for _ in range(tries):
+        found, ex = runner.run_steps(failure.steps)
+        if any(v.invariant == failure.invariant for v in found):
+            hits += 1
+            last = Failure(list(ex.steps), ex.history, found)
+    return (hits, tries), last
+
+
+def write_report(outcome: Outcome, *, argv_replay: str | None = None) -> Path:
+    """report.json, history.jsonl, report.md and timeline.html in the report directory."""
+    from .report_md import render_markdown
+    from .timeline import render_timeline
+
+    d = outcome.report_dir
+    d.mkdir(parents=True, exist_ok=True)
+    report = dict(outcome.report)
+    report["replay"] = argv_replay or f"ferry-harness replay {d}"
+    history = outcome.history
+    (d / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    history.write_jsonl(d / "history.jsonl")
+    (d / "report.md").write_text(render_markdown(report))
+    violating = {i for v in report["violations"] for i in v.get("ops", [])}
+    highlight = {i for v in report["violations"] for i in v.get("detail", {}).get("partition_ops", [])}
+    (d / "timeline.html").write_text(render_timeline(
+        list(history), violating=violating, highlight=highlight - violating,
+        title=f"ferry {report['verdict']}: {report['target']}"))
+    return d

@@ -1,0 +1,207 @@
+"""The invariants of SPEC §8, checked on a history, each under its stable id.
+
+Most rules are checked through the model (linearizability per task and per lock, with the
+failing step classified by the rule it breaks); the rest need a global view of the
+history: tokens across tasks, dependencies across tasks, and the WAL measurements that the
+executor attaches to ops as ``extra``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .history import FAIL, INFO, OK, History, Op
+from .linearizability import check_partition, partition
+from .model import ModelConfig, step_lock, step_task
+
+INVARIANTS: dict[str, str] = {
+    "single-winner": "a task is never held by two claims at once",
+    "token-unique": "no token is issued twice; a retired token is never accepted again",
+    "holder-guard": "only the current token holder changes a claimed task",
+    "lease-half-open": "leases and locks hold on [start, expires): boundaries exact",
+    "lock-exclusive": "at most one unexpired owner of a daemon lock",
+    "dag-order": "no task is claimed before all its dependencies are COMPLETED",
+    "no-lost-task": "every task in exactly one state; results and salvage never lost",
+    "wal-bounded": "TRUNCATE checkpoint with no reader empties the -wal; WAL stays bounded",
+    "idle-no-write": "idle polls and reads append nothing to the WAL",
+    "linearizable": "every concurrent history has a legal sequential order",
+    "typed-errors": "every refusal is a SPEC §7 error class (ferry's addition)",
+}
+
+# What each invariant needs from the target (operation names from harness.ops.PROTOCOL).
+NEEDS: dict[str, tuple[str, ...]] = {
+    "single-winner": ("dispatch", "claim"),
+    "token-unique": ("dispatch", "claim", "fulfill"),
+    "holder-guard": ("dispatch", "claim", "fulfill"),
+    "lease-half-open": ("dispatch", "claim", "fulfill"),
+    "lock-exclusive": ("acquire_lock", "release_lock", "lock_holder"),
+    "dag-order": ("dispatch", "claim", "fulfill", "dag"),
+    "no-lost-task": ("dispatch", "get"),
+    "wal-bounded": ("checkpoint", "wal-file"),
+    "idle-no-write": ("poll_next", "wal-file"),
+    "linearizable": ("dispatch", "claim"),
+    "typed-errors": (),
+}
+
+
+@dataclass
+class Violation:
+    """One broken rule, with the ops that show it (history indices)."""
+
+    invariant: str
+    message: str
+    ops: list[int] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"[{self.invariant}] {self.message}"
+
+
+def invariant_status(capabilities: Iterable[str]) -> dict[str, str]:
+    """``checked`` or ``skipped (why)`` for every invariant, from the target's capabilities."""
+    caps = set(capabilities)
+    out = {}
+    for inv, needs in NEEDS.items():
+        missing = [n for n in needs if n not in caps]
+        out[inv] = "checked" if not missing else f"skipped (target lacks {', '.join(missing)})"
+    return out
+
+
+class Checker:
+    """Incremental: call :meth:`check` after each step with the objects that step touched."""
+
+    def __init__(self, cfg: ModelConfig | None = None, *, wal_bound_bytes: int = 64 << 20,
+                 search_budget: int = 200_000) -> None:
+        self.cfg = cfg or ModelConfig()
+        self.wal_bound = wal_bound_bytes
+        self.search_budget = search_budget
+        self.unknown: list[str] = []
+
+    def check(self, history: History, new_ops: list[Op] | None = None) -> list[Violation]:
+        """All violations visible in ``history``; with ``new_ops``, only objects they touch."""
+        ops = list(history)
+        fresh = ops if new_ops is None else new_ops
+        out: list[Violation] = []
+        out += self._linearizable(ops, fresh)
+        out += self._tokens(ops, fresh)
+        out += self._dag(ops, fresh)
+        out += self._wal(fresh)
+        out += self._typed(fresh)
+        return out
+
+    # ----------------------------------------------------------------- per object
+    def _linearizable(self, ops: list[Op], fresh: list[Op]) -> list[Violation]:
+        parts = partition(ops)
+        touched = set(partition(fresh))
+        out = []
+        for key in sorted(touched):
+            part = parts.get(key, [])
+            if key.startswith("lock:"):
+                def step(s, o):
+                    return step_lock(s, o, self.cfg)
+            else:
+                def step(s, o):
+                    return step_task(s, o, self.cfg)
+            res = check_partition(key, part, step, budget=self.search_budget)
+            if res.ok is None:
+                self.unknown.append(f"{key}: {res.why}")
+            elif not res.ok:
+                out.append(Violation(
+                    res.invariant or "linearizable", res.why or "not linearizable",
+                    ops=[res.culprit] if res.culprit is not None else [],
+                    detail={"object": key, "linearized_prefix": res.linearized,
+                            "partition_ops": res.ops},
+                ))
+        return out
+
+    # ----------------------------------------------------------------- global rules
+    @staticmethod
+    def _claims(ops: Iterable[Op]) -> list[Op]:
+        return [o for o in ops if o.op in ("claim", "poll_next") and o.type == OK and o.value]
+
+    def _tokens(self, ops: list[Op], fresh: list[Op]) -> list[Violation]:
+        first: dict[str, Op] = {}
+        out = []
+        fresh_ids = {o.index for o in fresh}
+        for o in self._claims(ops):
+            token = o.value.get("token")
+            if token in first and o.index in fresh_ids:
+                prev = first[token]
+                out.append(Violation(
+                    "token-unique",
+                    f"token {str(token)[:8]}… issued twice: task {prev.value['task_id']} "
+                    f"(op #{prev.index}) and task {o.value['task_id']} (op #{o.index})",
+                    ops=[prev.index, o.index]))
+            first.setdefault(token, o)
+        return out
+
+    def _dag(self, ops: list[Op], fresh: list[Op]) -> list[Violation]:
+        deps = {o.value: list(o.args.get("depends_on") or ()) for o in ops
+                if o.op == "dispatch" and o.type == OK}
+        fulfilled: dict[str, Op] = {}
+        for o in ops:
+            if o.op == "fulfill" and o.type in (OK, INFO):
+                fulfilled.setdefault(o.args["task_id"], o)
+        out = []
+        for claim in self._claims(fresh):
+            tid = claim.value["task_id"]
+            for d in deps.get(tid, []):
+                done = fulfilled.get(d)
+                if done is None or done.invoke_ns >= (claim.complete_ns or 0):
+                    out.append(Violation(
+                        "dag-order",
+                        f"task {tid} was claimed by {claim.agent!r} at t={claim.now} before its "
+                        f"dependency {d} was COMPLETED",
+                        ops=[claim.index] + ([done.index] if done else [])))
+        return out
+
+    def _wal(self, fresh: list[Op]) -> list[Violation]:
+        out = []
+        for o in fresh:
+            x = o.extra
+            if "wal_before" in x and "wal_after" in x and x.get("idle"):
+                if x["wal_after"] != x["wal_before"]:
+                    what = "an idle poll" if o.op == "poll_next" else f"a read ({o.op})"
+                    out.append(Violation(
+                        "idle-no-write",
+                        f"{what} grew the -wal file from {x['wal_before']} to {x['wal_after']} "
+                        "bytes: it wrote although there was nothing to do",
+                        ops=[o.index]))
+            if o.op == "checkpoint" and "wal_after" in x and not x.get("reader"):
+                if o.type == OK and str(o.args.get("mode", "TRUNCATE")).upper() == "TRUNCATE" and x["wal_after"] > 0:
+                    out.append(Violation(
+                        "wal-bounded",
+                        f"checkpoint(TRUNCATE) with no outside reader left the -wal at "
+                        f"{x['wal_after']} bytes (returned {o.value}): a transaction or cursor "
+                        "of the store itself is still open",
+                        ops=[o.index]))
+            if x.get("wal_after", 0) > self.wal_bound:
+                out.append(Violation(
+                    "wal-bounded",
+                    f"the -wal file reached {x['wal_after']} bytes, over the bound of "
+                    f"{self.wal_bound}", ops=[o.index]))
+        return out
+
+    @staticmethod
+    def _typed(fresh: list[Op]) -> list[Violation]:
+        return [
+            Violation("typed-errors",
+                      f"{o.op} raised {o.error}: {o.message} — not a SPEC §7 error class",
+                      ops=[o.index])
+            for o in fresh
+            if o.type == INFO and o.error and o.note is None and o.error != "BarrierTimeout"
+        ]
+
+
+def refusals(history: History) -> dict[str, int]:
+    """Count of typed refusals by class (for the report)."""
+    out: dict[str, int] = {}
+    for o in history:
+        if o.type == FAIL:
+            out[o.error or "?"] = out.get(o.error or "?", 0) + 1
+    return out

@@ -1,0 +1,221 @@
+"""``ferry-harness``: fuzz a leasing store, replay a failure, and more.
+
+Exit codes: 0 no violation, 1 violation found (or reproduced), 2 usage or harness error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .target import DEFAULT_TARGET, TargetError, load_factory
+
+EXIT_OK, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 2
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {value}")
+    return value
+
+
+def _faults(text: str) -> tuple[str, ...]:
+    from .nemesis import FAULTS
+
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in FAULTS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown fault {bad[0]!r}; choose from {','.join(FAULTS)}")
+    return kinds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ferry-harness",
+        description="Concurrency verification and fuzzing for SQLite-WAL leasing stores. "
+        "Races real worker processes on one WAL file and checks the invariants of SPEC §8.",
+        epilog="Exit codes: 0 no violation, 1 violation found, 2 usage or harness error.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    fuzz = sub.add_parser("fuzz", help="run a fuzz campaign and write a report",
+                          description="Draw operations with Hypothesis, race them on real "
+                          "worker processes, check every invariant after each step, and on a "
+                          "violation shrink it to a minimal replayable example.")
+    fuzz.add_argument("--target", default=DEFAULT_TARGET, metavar="MODULE:FACTORY",
+                      help=f"store factory called as factory(path, clock=...) (default {DEFAULT_TARGET})")
+    fuzz.add_argument("--workers", type=_positive_int, default=4, metavar="N",
+                      help="worker processes racing on the database (default 4, at least 2)")
+    group = fuzz.add_mutually_exclusive_group()
+    group.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS",
+                       help="stop generating after this long (default 30 s)")
+    group.add_argument("--max-examples", type=_positive_int, default=None, metavar="N",
+                       help="stop after N examples instead of a time budget")
+    fuzz.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    fuzz.add_argument("--steps", type=_positive_int, default=30, metavar="N",
+                      help="steps per example (default 30)")
+    fuzz.add_argument("--faults", type=_faults, default=(), metavar="KINDS",
+                      help="comma-separated faults to inject: kill,pause,clock (default none)")
+    fuzz.add_argument("--report-dir", default="reports/latest", metavar="DIR",
+                      help="where report.json, report.md, history.jsonl and timeline.html go "
+                      "(default reports/latest)")
+    fuzz.add_argument("--quiet", action="store_true", help="no progress display")
+
+    replay = sub.add_parser("replay", help="re-run the minimal failing example of a report",
+                            description="Re-run the minimal failing steps stored in DIR/report.json "
+                            "and say how many tries reproduced the violation.")
+    replay.add_argument("report_dir", metavar="DIR")
+    replay.add_argument("--tries", type=_positive_int, default=10, help="how many runs (default 10)")
+    replay.add_argument("--target", default=None, metavar="MODULE:FACTORY",
+                        help="replay against another target (default: the report's)")
+    return parser
+
+
+def _progress_printer(quiet: bool):
+    """A live rich display on a terminal; a line every few seconds otherwise."""
+    if quiet:
+        return (lambda _s: None), (lambda: None)
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.live import Live
+
+        console = Console(stderr=True)
+        live = Live(console=console, refresh_per_second=4, transient=True)
+        live.start()
+
+        def show(s: dict[str, Any]) -> None:
+            budget = f"/{s['budget']:.0f}s" if s.get("budget") else "s"
+            live.update(f"[bold]{s['phase']}[/] {s['elapsed']:.1f}{budget}  examples {s['examples']}  "
+                        f"race rounds {s['race_rounds']}  ops {s['ops']}  "
+                        f"violations [{'red' if s['violations'] else 'green'}]{s['violations']}[/]")
+        return show, live.stop
+    last = [0.0]
+
+    def line(s: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 5 or s["phase"] != "fuzzing":
+            last[0] = now
+            print(f"ferry: {s['phase']} {s['elapsed']:.0f}s examples={s['examples']} "
+                  f"race_rounds={s['race_rounds']} violations={s['violations']}", file=sys.stderr)
+    return line, (lambda: None)
+
+
+def _check_report_dir(path: str) -> None:
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / ".ferry-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise TargetError(f"cannot write the report directory {path!r}: {exc.strerror or exc}") from None
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from .campaign import Campaign, CampaignConfig, write_report
+
+    load_factory(args.target)
+    _check_report_dir(args.report_dir)
+    budget = args.budget if args.budget is not None else (None if args.max_examples else 30.0)
+    cfg = CampaignConfig(target=args.target, workers=args.workers, budget_s=budget,
+                         max_examples=args.max_examples, seed=args.seed,
+                         report_dir=args.report_dir, steps_per_example=args.steps,
+                         faults=args.faults)
+    show, stop = _progress_printer(args.quiet)
+    try:
+        outcome = Campaign(cfg, progress=show).run()
+    finally:
+        stop()
+    d = write_report(outcome)
+    rep = outcome.report
+    st = rep["stats"]
+    print(f"ferry: {rep['verdict'].upper()} — {st['examples']} examples, {st['race_rounds']} race "
+          f"rounds, {st['ops']} operations in {st['seconds']:.1f}s against {cfg.target}")
+    for v in rep["violations"]:
+        print(f"  [{v['invariant']}] {v['message']}")
+        print(f"    minimal example: {len(v['steps'])} steps, reproduced {v.get('reproduced', '?')}")
+    skipped = [k for k, s in rep["invariants"].items() if s != "checked"]
+    if skipped:
+        print(f"  skipped: {', '.join(skipped)} (see report)")
+    print(f"  report: {d}/report.md  timeline: {d}/timeline.html")
+    if rep["violations"]:
+        print(f"  replay: ferry-harness replay {d}")
+    return EXIT_VIOLATION if rep["verdict"] == "fail" else EXIT_OK
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .campaign import CampaignConfig, Failure, Runner, replay_count
+    from .checker import Violation
+    from .history import History
+
+    path = Path(args.report_dir) / "report.json"
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise TargetError(f"cannot read {path}: {exc}") from None
+    if not report.get("violations"):
+        print(f"ferry: {path} records no violation; nothing to replay")
+        return EXIT_OK
+    v = report["violations"][0]
+    target = args.target or report["target"]
+    load_factory(target)
+    cfg = CampaignConfig(target=target, workers=report.get("workers", 4),
+                         faults=tuple(report.get("faults", ())))
+    failure = Failure(v["steps"], History(), [Violation(v["invariant"], v["message"])])
+    with Runner(cfg) as runner:
+        (hits, tries), _last = replay_count(runner, failure, args.tries)
+    print(f"ferry: replayed {len(v['steps'])} steps against {target}: [{v['invariant']}] "
+          f"reproduced {hits}/{tries}")
+    return EXIT_VIOLATION if hits else EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_ERROR
+    from .client import HarnessError
+
+    try:
+        if args.command == "fuzz":
+            return cmd_fuzz(args)
+        if args.command == "replay":
+            return cmd_replay(args)
+    except (TargetError, HarnessError) as exc:
+        print(f"ferry-harness: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("ferry-harness: interrupted; all workers stopped", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if os.environ.get("FERRY_DEBUG"):
+            raise
+        print(f"ferry-harness: internal error: {type(exc).__name__}: {exc} "
+              "(set FERRY_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        return EXIT_ERROR
+    parser.error(f"unknown command {args.command}")
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,387 @@
+"""Clients: a pool of persistent worker processes, each driving its own store instance.
+
+Each worker calls the target factory itself (``factory(path, clock=shared_clock)``), so
+every store has its own connection to the one WAL file, as in production. The pool is
+started once per campaign (fork costs milliseconds, spawn hundreds): per example the
+workers only re-open the store on a fresh database file.
+
+Commands go over pipes and results come back as plain data. A *race round* sends one
+call to each of k workers, waits until all k stand at a shared barrier, then releases
+them together. A worker that dies or overruns its timeout is killed and replaced by a
+fresh one with a new id; its operation is recorded as ``info`` (indeterminate).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sqlite3
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any
+
+import multiprocess as mp
+
+from .clock import SharedClock
+from .history import INFO, History, Op
+from .ops import capabilities, execute
+from .target import load_factory
+
+_CTX = mp.get_context("fork")
+_PR_SET_PDEATHSIG = 1
+
+
+class HarnessError(Exception):
+    """The harness itself cannot go on (factory raises, workers cannot start)."""
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker if the controller dies, so none outlives it."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _worker_main(conn: Any, target: str, clock: SharedClock, go: Any, parent: int) -> None:
+    _die_with_parent()
+    if os.getppid() != parent:  # the controller died before prctl took effect
+        os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
+    factory = load_factory(target)
+    store = None
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break
+        kind = msg[0]
+        if kind == "open":
+            if store is not None:
+                _close(store)
+                store = None
+            try:
+                store = factory(msg[1], clock=clock)
+                conn.send(("opened", sorted(capabilities(store))))
+            except Exception as exc:
+                conn.send(("open_error", f"{type(exc).__name__}: {exc}"))
+        elif kind == "call":
+            _, op_id, op, args, agent, barrier, go_timeout = msg
+            if barrier:
+                conn.send(("ready", op_id))
+                if not go.wait(go_timeout):
+                    conn.send(("done", op_id, INFO, None, "BarrierTimeout",
+                               "barrier never opened", 0, 0, clock()))
+                    continue
+            now = clock()
+            t0 = time.monotonic_ns()
+            try:
+                typ, value, error, message = execute(store, op, args, agent)
+            except Exception as exc:  # not a typed refusal: indeterminate, and a finding
+                typ, value, error, message = INFO, None, type(exc).__name__, str(exc)
+            t1 = time.monotonic_ns()
+            conn.send(("done", op_id, typ, value, error, message, t0, t1, now))
+        elif kind == "close":
+            if store is not None:
+                _close(store)
+                store = None
+            conn.send(("closed",))
+        elif kind == "stop":
+            break
+    if store is not None:
+        _close(store)
+
+
+def _reader_main(conn: Any, parent: int) -> None:
+    """A process that only holds an SQLite read transaction open (a 'long reader').
+
+    It never loads the target, so two SQLite libraries never share a process.
+    """
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    db = None
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break
+        if msg[0] == "hold":
+            db = sqlite3.connect(msg[1], isolation_level=None)
+            db.execute("BEGIN")
+            db.execute("SELECT count(*) FROM sqlite_master").fetchall()
+            conn.send(("holding",))
+        elif msg[0] == "drop":
+            if db is not None:
+                db.execute("COMMIT")
+                db.close()
+                db = None
+            conn.send(("dropped",))
+        elif msg[0] == "stop":
+            break
+
+
+def _close(store: Any) -> None:
+    try:
+        store.close()
+    except Exception:
+        pass
+
+
+@dataclass
+class Worker:
+    id: int
+    proc: Any
+    conn: Any
+    paused: bool = False
+
+
+@dataclass
+class PlannedCall:
+    """One operation of a round: which pool slot runs it, as which agent."""
+
+    slot: int
+    op: str
+    args: dict[str, Any]
+    agent: str
+
+
+class WorkerPool:
+    """Persistent workers for one campaign. Use as a context manager: nothing outlives it."""
+
+    def __init__(self, target: str, clock: SharedClock, size: int = 4, *,
+                 op_timeout_s: float = 15.0) -> None:
+        if size < 2:
+            raise HarnessError("a race needs at least 2 workers (--workers >= 2)")
+        load_factory(target)  # fail fast, in the controller, with a clear message
+        self.target = target
+        self.clock = clock
+        self.size = size
+        self.op_timeout_s = op_timeout_s
+        self.go = _CTX.Event()
+        self.slots: list[Worker] = []
+        self.next_id = 0
+        self.replaced = 0
+        self.path: str | None = None
+        self.capabilities: frozenset[str] = frozenset()
+        self._reader: Worker | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+    def __enter__(self) -> WorkerPool:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        for _ in range(self.size):
+            self.slots.append(self._spawn())
+
+    def _spawn(self) -> Worker:
+        parent_end, child_end = _CTX.Pipe()
+        proc = _CTX.Process(target=_worker_main, daemon=True, name=f"ferry-worker-{self.next_id}",
+                            args=(child_end, self.target, self.clock, self.go, os.getpid()))
+        proc.start()
+        child_end.close()
+        worker = Worker(self.next_id, proc, parent_end)
+        self.next_id += 1
+        return worker
+
+    def close(self) -> None:
+        """Stop every worker; SIGKILL what does not stop within a second. Idempotent."""
+        procs = [w for w in self.slots] + ([self._reader] if self._reader else [])
+        for w in procs:
+            if w.paused:
+                self._signal(w, signal.SIGCONT)
+            try:
+                w.conn.send(("stop",))
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 1.0
+        for w in procs:
+            w.proc.join(max(0.0, deadline - time.monotonic()))
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join(5)
+            w.conn.close()
+        self.slots = []
+        self._reader = None
+
+    def slot_of(self, worker_id: int) -> int:
+        """The slot a worker id runs in (0 if it was retired since)."""
+        return next((i for i, w in enumerate(self.slots) if w.id == worker_id), 0)
+
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self.slots]
+
+    # ---------------------------------------------------------------- store lifecycle
+    def open(self, path: str) -> None:
+        """Every worker (re)opens its store on ``path``. A factory that raises is fatal."""
+        self.path = path
+        for slot in range(len(self.slots)):
+            self._open_slot(slot)
+
+    def _open_slot(self, slot: int) -> None:
+        w = self.slots[slot]
+        w.conn.send(("open", self.path))
+        reply = self._recv(w, self.op_timeout_s)
+        if reply is None:
+            raise HarnessError(f"worker {w.id} did not open the store within {self.op_timeout_s}s")
+        if reply[0] == "open_error":
+            raise HarnessError(
+                f"the target factory {self.target} raised in a worker: {reply[1]}")
+        self.capabilities = frozenset(reply[1])
+
+    def replace(self, slot: int) -> Worker:
+        """Kill the worker in ``slot`` (if alive) and start a fresh one with a new id."""
+        old = self.slots[slot]
+        if old.proc.is_alive():
+            old.proc.kill()
+        old.proc.join(5)
+        old.conn.close()
+        self.slots[slot] = self._spawn()
+        self.replaced += 1
+        if self.path is not None:
+            self._open_slot(slot)
+        return self.slots[slot]
+
+    def _signal(self, w: Worker, sig: int) -> None:
+        try:
+            os.kill(w.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def pause(self, slot: int) -> None:
+        """SIGSTOP a worker (a zombie holder: alive, frozen, still holding its token)."""
+        self._signal(self.slots[slot], signal.SIGSTOP)
+        self.slots[slot].paused = True
+
+    def resume(self, slot: int) -> None:
+        self._signal(self.slots[slot], signal.SIGCONT)
+        self.slots[slot].paused = False
+
+    # ---------------------------------------------------------------- long reader
+    def hold_reader(self) -> None:
+        """Open a read transaction on the database from a separate process."""
+        if self._reader is None:
+            parent_end, child_end = _CTX.Pipe()
+            proc = _CTX.Process(target=_reader_main, args=(child_end, os.getpid()), daemon=True,
+                                name="ferry-reader")
+            proc.start()
+            child_end.close()
+            self._reader = Worker(-1, proc, parent_end)
+        self._reader.conn.send(("hold", self.path))
+        if self._recv(self._reader, self.op_timeout_s) is None:
+            raise HarnessError("the long-reader process did not answer")
+
+    def drop_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.conn.send(("drop",))
+            self._recv(self._reader, self.op_timeout_s)
+
+    # ---------------------------------------------------------------- running operations
+    def _recv(self, w: Worker, timeout: float) -> tuple | None:
+        if w.conn.poll(timeout):
+            try:
+                return w.conn.recv()
+            except (EOFError, OSError):
+                return None
+        return None
+
+    def run(self, calls: list[PlannedCall], history: History, *, barrier: bool | None = None,
+            round_id: int | None = None, example: int | None = None) -> list[Op]:
+        """Run calls (one per distinct slot) and append their ops to ``history``.
+
+        With a barrier (the default for more than one call) all workers start together.
+        """
+        if len({c.slot for c in calls}) != len(calls):
+            raise ValueError("one call per worker slot in a round")
+        barrier = len(calls) > 1 if barrier is None else barrier
+        self.go.clear()
+        pending: dict[int, tuple[PlannedCall, Op]] = {}
+        created: list[Op] = []
+        for call in calls:
+            w = self.slots[call.slot]
+            op = Op(index=history.next_index(), process=w.id, agent=call.agent, op=call.op,
+                    args=dict(call.args), invoke_ns=time.monotonic_ns(), now=self.clock(),
+                    round=round_id, example=example)
+            history.append(op)
+            created.append(op)
+            try:
+                w.conn.send(("call", op.index, call.op, call.args, call.agent, barrier,
+                             self.op_timeout_s))
+            except (OSError, ValueError):
+                op.note = "worker was dead before the call"
+                continue
+            pending[call.slot] = (call, op)
+        if barrier:
+            for slot, (_call, op) in list(pending.items()):
+                reply = self._recv(self.slots[slot], self.op_timeout_s)
+                if reply is None or reply[0] != "ready":
+                    op.note = "worker died before the barrier"
+                    op.complete_ns = time.monotonic_ns()
+                    del pending[slot]
+                    self.replace(slot)
+            self.go.set()
+        deadline = time.monotonic() + self.op_timeout_s
+        by_conn = {self.slots[s].conn: s for s in pending}
+        while by_conn:
+            ready = wait(list(by_conn), timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            for conn in ready:
+                slot = by_conn.pop(conn)
+                _call, op = pending.pop(slot)
+                try:
+                    reply = conn.recv()
+                except (EOFError, OSError):
+                    reply = None
+                if reply is None:
+                    op.note = "worker died during the operation"
+                    op.complete_ns = time.monotonic_ns()
+                    self.replace(slot)
+                    continue
+                _, _, typ, value, error, message, t0, t1, now = reply
+                op.type, op.value, op.error, op.message = typ, value, error, message
+                op.invoke_ns, op.complete_ns, op.now = t0 or op.invoke_ns, t1 or time.monotonic_ns(), now
+        for slot, (_call, op) in pending.items():  # overran the timeout: kill, replace
+            op.note = f"no answer within {self.op_timeout_s}s; worker killed"
+            op.complete_ns = time.monotonic_ns()
+            self.replace(slot)
+        return created
+
+    def run_and_kill(self, call: PlannedCall, history: History, delay_s: float, *,
+                     round_id: int | None = None, example: int | None = None) -> Op:
+        """Start ``call`` and SIGKILL its worker after ``delay_s`` (maybe mid-transaction).
+
+        The op is ``ok``/``fail`` if it finished first, else ``info``; the worker is replaced.
+        """
+        w = self.slots[call.slot]
+        op = Op(index=history.next_index(), process=w.id, agent=call.agent, op=call.op,
+                args=dict(call.args), invoke_ns=time.monotonic_ns(), now=self.clock(),
+                round=round_id, example=example)
+        history.append(op)
+        w.conn.send(("call", op.index, call.op, call.args, call.agent, False, self.op_timeout_s))
+        time.sleep(delay_s)
+        w.proc.kill()
+        w.proc.join(5)
+        reply = self._recv(w, 0.05)
+        if reply is not None and reply[0] == "done":
+            _, _, typ, value, error, message, t0, t1, now = reply
+            op.type, op.value, op.error, op.message = typ, value, error, message
+            op.invoke_ns, op.complete_ns, op.now = t0, t1, now
+        else:
+            op.note = f"worker killed (SIGKILL) {delay_s * 1000:.2f} ms into the operation"
+            op.complete_ns = time.monotonic_ns()
+        self.replace(call.slot)
+        return op
+
+    def wal_size(self) -> int:
+        """Size of the ``-wal`` file in bytes (0 if absent): measured, never opened."""
+        try:
+            return os.path.getsize(f"{self.path}-wal")
+        except (OSError, TypeError):
+            return 0

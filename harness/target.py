@@ -1,0 +1,45 @@
+"""Resolve ``--target module:factory`` into a callable, with errors that say what to fix."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+DEFAULT_TARGET = "ferry_core:LeaseStore"
+
+
+class TargetError(Exception):
+    """The target path or factory is unusable (a usage error: exit code 2)."""
+
+
+def load_factory(spec: str) -> Callable[..., Any]:
+    """Import ``module:attr`` (the current directory is importable, like ``python -m``)."""
+    if ":" not in spec:
+        raise TargetError(f"--target must look like module:factory, got {spec!r}")
+    module_name, _, attr = spec.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or the module raised while importing
+        raise TargetError(f"cannot import {module_name!r} for --target: {type(exc).__name__}: {exc}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise TargetError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not callable(obj):
+        raise TargetError(f"{spec} is not callable; it must be factory(path, *, clock) -> store")
+    try:
+        sig = inspect.signature(obj)
+        sig.bind("db-path", clock=lambda: 0)
+    except TypeError as exc:
+        raise TargetError(f"{spec} cannot be called as factory(path, *, clock): {exc}") from None
+    except ValueError:
+        pass  # builtins without a signature: trust it
+    return obj
