@@ -17,7 +17,7 @@ from .errors import (
     WrongState,
 )
 from .schema import SCHEMA_VERSION
-from .store import LeaseStore
+from .store import LeaseStore, cas_store, immediate_store
 from .types import (
     CLAIMED,
     COMPLETED,
@@ -36,6 +36,6 @@ __all__ = [
     "SCHEMA_VERSION", "Claim", "Clock", "FerryError", "InvalidArgument", "InvalidToken",
     "LeaseExpired", "LeaseStore", "LimitExceeded", "ManualClock", "NotFound",
     "PermissionDenied", "Salvage", "StoreError", "SystemClock", "TaskView", "TokenRequired",
-    "WrongState", "errors",
+    "WrongState", "cas_store", "errors", "immediate_store",
 ]
 __version__ = "0.1.0"

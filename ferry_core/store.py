@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import errors
-from .busy import BusyPolicy, make_busy_policy
+from .busy import POLICIES, BusyPolicy, make_busy_policy
 from .clock import Clock, SystemClock
 from .schema import DDL, OWN_TABLES, SCHEMA_VERSION
 from .types import CLAIMED, COMPLETED, SUBMITTED, Claim, Salvage, TaskView
@@ -122,6 +122,9 @@ class LeaseStore:
         self.busy_timeout_ms = _non_negative_int("busy_timeout_ms", busy_timeout_ms)
         self.max_extends = _non_negative_int("max_extends", max_extends)
         self.max_releases = _non_negative_int("max_releases", max_releases)
+        if isinstance(busy_policy, str) and busy_policy not in POLICIES:
+            raise errors.InvalidArgument(  # before the file is created or touched
+                f"busy_policy must be one of {sorted(POLICIES)}, got {busy_policy!r}")
         _check_openable(self.path)
         self._conn = self._open(busy_policy)
 
@@ -141,15 +144,16 @@ class LeaseStore:
                     f"{self.path!r} has schema version {version}, newer than this ferry_core "
                     f"({SCHEMA_VERSION}); upgrade ferry_core to open it"
                 )
-            if version == 0:
-                tables = {r[0] for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type='table'").fetchall()}
-                foreign = tables - OWN_TABLES
-                if foreign:
-                    raise errors.StoreError(
-                        f"{self.path!r} is an SQLite database of another application "
-                        f"(tables {sorted(foreign)[:3]}); give ferry a file of its own"
-                    )
+            # Any user_version (other applications set it too), minus SQLite's own tables.
+            tables = {r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table'"
+                " AND name NOT LIKE 'sqlite!_%' ESCAPE '!'").fetchall()}
+            foreign = tables - OWN_TABLES
+            if foreign:
+                raise errors.StoreError(
+                    f"{self.path!r} is an SQLite database of another application "
+                    f"(tables {sorted(foreign)[:3]}); give ferry a file of its own"
+                )
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
             if mode.lower() != "wal" and self.path != ":memory:":
                 raise errors.StoreError(
@@ -495,7 +499,7 @@ class LeaseStore:
                 raise errors.TokenRequired(
                     f"task {task_id}: pass the claim token you got from claim/poll_next"
                 )
-        elif not hmac.compare_digest(token, row_token):
+        elif not hmac.compare_digest(token.encode(), row_token.encode()):  # str form: ASCII only
             raise errors.InvalidToken(
                 f"task {task_id}: token is not the current claim token (retired or forged)"
             )
@@ -545,7 +549,7 @@ class LeaseStore:
 
     def _keep_late_retired(self, task_id: str, agent_id: str, token: str | None,
                            result: Any, now: int) -> None:
-        if token is None or not self._rows(
+        if not isinstance(token, str) or not self._rows(
             "SELECT 1 FROM claim_tokens WHERE token=? AND task_id=? AND agent_id=?"
             " AND retired_why='expiry'", (token, task_id, agent_id)):
             return
@@ -768,3 +772,13 @@ class LeaseStore:
 
     def __repr__(self) -> str:
         return f"LeaseStore({self.path!r}, claim_strategy={self.claim_strategy!r})"
+
+
+def cas_store(path: str, *, clock: Clock | None = None) -> LeaseStore:
+    """Factory for ``--target ferry_core:cas_store`` (the default strategy)."""
+    return LeaseStore(path, clock=clock, claim_strategy="cas")
+
+
+def immediate_store(path: str, *, clock: Clock | None = None) -> LeaseStore:
+    """Factory for ``--target ferry_core:immediate_store`` (one BEGIN IMMEDIATE per claim)."""
+    return LeaseStore(path, clock=clock, claim_strategy="immediate")

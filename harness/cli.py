@@ -188,8 +188,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_VIOLATION if hits else EXIT_OK
 
 
+# Further subcommands live in their own modules, each with
+# ``register(subparsers) -> handler`` where ``handler(args) -> int`` (exit code).
+PLUGIN_COMMANDS = ("harness.bench", "harness.scenario_cli", "harness.crash")
+
+
+def _load_plugins(sub: Any) -> dict[str, Any]:
+    import importlib
+
+    handlers: dict[str, Any] = {}
+    for name in PLUGIN_COMMANDS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue  # not built yet
+            raise
+        handlers.update(module.register(sub))
+    return handlers
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    handlers: dict[str, Any] = {"fuzz": cmd_fuzz, "replay": cmd_replay}
+    handlers.update(_load_plugins(sub))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -197,24 +220,21 @@ def main(argv: list[str] | None = None) -> int:
     from .client import HarnessError
 
     try:
-        if args.command == "fuzz":
-            return cmd_fuzz(args)
-        if args.command == "replay":
-            return cmd_replay(args)
+        return handlers[args.command](args)
     except (TargetError, HarnessError) as exc:
         print(f"ferry-harness: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("ferry-harness: interrupted; all workers stopped", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return EXIT_ERROR
     except Exception as exc:
         if os.environ.get("FERRY_DEBUG"):
             raise
         print(f"ferry-harness: internal error: {type(exc).__name__}: {exc} "
               "(set FERRY_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
         return EXIT_ERROR
-    parser.error(f"unknown command {args.command}")
-    return EXIT_ERROR
 
 
 if __name__ == "__main__":

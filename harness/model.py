@@ -249,6 +249,12 @@ def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
             f"{op.op} by the holder with the current token was refused with {err} at t={op.now}"))
     if err in fails:
         return _legal(_late_salvage(st, op))
+    if st.lapsed is not None:
+        live = replace(st, status=CLAIMED, holder=st.lapsed[0], token=st.lapsed[1])
+        if err in _guard_failures(live, op.agent, token, cfg):
+            return _illegal(st, "lease-half-open", (
+                f"{op.op} at t={op.now} was refused with {err} as if the lease were still "
+                "live; it ended at lease_expires_at (half-open), so SPEC expects LeaseExpired"))
     return _illegal(st, "holder-guard", (
         f"{op.op} refused with {err}; SPEC expects one of {sorted(set(fails))}"))
 
@@ -303,6 +309,10 @@ def _do_get(st: TaskState, op: Op) -> Verdict:
     status = _effective_status(view, st, op.now)
     if view.get("status") == SUBMITTED and st.status == FAILED and st.cascaded:
         return _legal(st)  # the cascade of a lazily expired dependency is not swept yet
+    if status == CLAIMED and st.lapsed is not None and st.status != CLAIMED:
+        return _illegal(st, "lease-half-open", (
+            f"get({st.task_id}) at t={op.now} shows a live lease until "
+            f"{view.get('lease_expires_at')}; a lease is over at lease_expires_at (half-open)"))
     if status != st.status:
         lost = st.status in TERMINAL
         return _illegal(st, "no-lost-task" if lost else "linearizable", (

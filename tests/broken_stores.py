@@ -408,10 +408,9 @@ class DoubleFinishStore(LeaseStore):
     overwrites the first's result), and a fulfill racing a release, an expiry or a
     re-claim completes a task its token no longer holds.
 
-    Which SPEC §8 id the harness reports depends on what it sees: a non-holder changing the
-    task is ``holder-guard`` (the id declared here); the overwritten result of a COMPLETED
-    task is also ``no-lost-task``, and the history is not ``linearizable`` either (the model
-    refuses the second fulfill with WrongState).
+    Several SPEC §8 ids describe this: the second fulfill reuses a token the first one
+    retired (``token-unique``, the id the harness reports and declared here), it changes a
+    task nobody holds (``holder-guard``) and overwrites an accepted result (``no-lost-task``).
     """
 
     def fulfill(self, task_id: str, agent_id: str, token: str | None, result: Any = None) -> None:
@@ -458,7 +457,7 @@ BROKEN: dict[str, tuple[str, str]] = {
     "dropped_late_result": (
         "no-lost-task", "late fulfill raises LeaseExpired and drops the result (no salvage)"),
     "double_finish": (
-        "holder-guard", "fulfill checks in Python then UPDATEs by task_id only: double finish"),
+        "token-unique", "fulfill checks in Python then UPDATEs by task_id only: double finish"),
 }
 
 __all__ = ["BROKEN", "TOCTOU_WINDOW_S", *BROKEN]

@@ -1,0 +1,124 @@
+"""Shared fixtures for the ferry test-suite.
+
+Kept generic on purpose: every test file (store tests, harness tests, benchmarks) may use
+them.
+
+- ``clock``: a ``ManualClock`` at 1_000_000 ms; move it with ``set`` / ``advance``.
+- ``claim_strategy``: parametrized over ``"cas"`` and ``"immediate"``.
+- ``db_path``: a fresh database path in ``tmp_path`` (not created yet).
+- ``store_factory(path=None, **kw)``: opens a ``LeaseStore`` on ``db_path`` (or ``path``)
+  with the test's clock and claim strategy unless overridden; closes them all at teardown.
+- ``store``: ``store_factory()``, so every test that uses it runs for both strategies.
+- ``db_dump(target=None)``: the database content (``iterdump`` + ``user_version``) read
+  through a separate read-only connection, for byte-for-byte before/after comparisons.
+- ``wal_size(path=None)``: size in bytes of the ``-wal`` file (0 when absent).
+- ``assert_refused(store, exc, fn, *args, **kw)``: the call raises exactly ``exc``, the
+  database content is unchanged and (for ``LeaseStore``) no transaction is left open.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ferry_core import LeaseStore, ManualClock
+
+CLOCK_START_MS = 1_000_000
+CLAIM_STRATEGIES = ("cas", "immediate")
+
+
+def _db_file(target) -> str:
+    """A store (anything with ``.path``) or a path -> the database path."""
+    return os.fspath(getattr(target, "path", target))
+
+
+def dump_database(path) -> list[str]:
+    """Everything in the database, as SQL text, via a fresh read-only connection."""
+    uri = Path(_db_file(path)).absolute().as_uri() + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    try:
+        lines = list(conn.iterdump())
+        lines.append(f"-- user_version={conn.execute('PRAGMA user_version').fetchall()[0][0]}")
+    finally:
+        conn.close()
+    return lines
+
+
+def wal_file_size(path) -> int:
+    wal = _db_file(path) + "-wal"
+    return os.path.getsize(wal) if os.path.exists(wal) else 0
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(CLOCK_START_MS)
+
+
+@pytest.fixture(params=CLAIM_STRATEGIES)
+def claim_strategy(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def db_path(tmp_path) -> str:
+    return str(tmp_path / "ferry.db")
+
+
+@pytest.fixture
+def store_factory(db_path, clock, claim_strategy):
+    made: list[LeaseStore] = []
+
+    def make(path=None, **kw) -> LeaseStore:
+        kw.setdefault("clock", clock)
+        kw.setdefault("claim_strategy", claim_strategy)
+        s = LeaseStore(db_path if path is None else os.fspath(path), **kw)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        try:
+            s.close()
+        except Exception:  # already closed by the test
+            pass
+
+
+@pytest.fixture
+def store(store_factory) -> LeaseStore:
+    return store_factory()
+
+
+@pytest.fixture
+def db_dump(db_path):
+    def dump(target=None) -> list[str]:
+        return dump_database(db_path if target is None else target)
+
+    return dump
+
+
+@pytest.fixture
+def wal_size(db_path):
+    def size(target=None) -> int:
+        return wal_file_size(db_path if target is None else target)
+
+    return size
+
+
+@pytest.fixture
+def assert_refused():
+    def check(store, exc: type[BaseException], fn, *args, **kwargs) -> pytest.ExceptionInfo:
+        before = dump_database(store)
+        with pytest.raises(exc) as info:
+            fn(*args, **kwargs)
+        assert type(info.value) is exc, f"expected exactly {exc.__name__}, got {info.value!r}"
+        assert str(info.value), "a refusal needs a message a person can act on"
+        conn = getattr(store, "_conn", None)
+        if conn is not None:
+            assert not conn.in_transaction, "a refusal left a transaction open"
+        assert dump_database(store) == before, f"{exc.__name__} refusal changed the database"
+        return info
+
+    return check

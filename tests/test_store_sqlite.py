@@ -1,0 +1,369 @@
+"""SQLite rules (SPEC §6): WAL, checkpoints, idle-no-write, short transactions, open errors."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+import pytest
+
+from ferry_core import (
+    SCHEMA_VERSION,
+    FerryError,
+    LeaseStore,
+    StoreError,
+)
+
+T0 = 1_000_000
+
+
+@pytest.fixture
+def observer(db_path, store):
+    """Another connection on the same file, held open: sees PRAGMA data_version move."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    yield conn
+    conn.close()
+
+
+def _data_version(conn) -> int:
+    return conn.execute("PRAGMA data_version").fetchall()[0][0]
+
+
+# ----------------------------------------------------------------- pragmas
+def test_pragmas(store, db_path):
+    conn = sqlite3.connect(db_path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchall()[0][0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchall()[0][0] == SCHEMA_VERSION
+    finally:
+        conn.close()
+    assert store._conn.execute("PRAGMA synchronous").fetchall()[0][0] == 1  # NORMAL
+    assert store._conn.execute("PRAGMA foreign_keys").fetchall()[0][0] == 1
+    assert os.path.exists(db_path + "-wal")
+
+
+@pytest.mark.parametrize("policy,expected", [("stock", 1234), ("jitter", 0)])
+def test_busy_timeout_per_policy(store_factory, policy, expected):
+    s = store_factory(busy_policy=policy, busy_timeout_ms=1234)
+    assert s._conn.execute("PRAGMA busy_timeout").fetchall()[0][0] == expected
+
+
+# ----------------------------------------------------------------- checkpoints / WAL bound
+def test_truncate_checkpoint_empties_the_wal(store, wal_size, clock):
+    for i in range(20):
+        tid = store.dispatch(None, payload={"i": i})
+        c = store.poll_next("A")
+        store.fulfill(tid, "A", c.token, "x" * 200)
+    assert wal_size() > 0
+    busy, log, done = store.checkpoint("PASSIVE")
+    assert busy == 0 and log == done and log > 0
+    store.dispatch(None)
+    busy, log, done = store.checkpoint("TRUNCATE")
+    assert (busy, log) == (0, done)
+    assert wal_size() == 0
+    store.dispatch(None)  # the store keeps working after a truncation
+    assert wal_size() > 0
+    assert store.checkpoint()[0] == 0 and wal_size() == 0
+
+
+def test_checkpoint_mode_is_case_insensitive(store, wal_size):
+    store.dispatch(None)
+    assert store.checkpoint("truncate")[0] == 0
+    assert wal_size() == 0
+
+
+def test_wal_stays_bounded_under_steady_traffic(store, wal_size):
+    """With no reader pinning a snapshot, the WAL is reused after each auto-checkpoint."""
+    sizes = []
+    for round_ in range(6):
+        for i in range(200):
+            tid = store.dispatch(None, payload={"i": i, "pad": "p" * 100})
+            c = store.poll_next("A")
+            store.fulfill(tid, "A", c.token, round_)
+        sizes.append(wal_size())
+    assert max(sizes[2:]) <= max(sizes[:2]) * 1.5 + 65_536, sizes
+
+
+# ----------------------------------------------------------------- idle-no-write
+def _not_ready_world(store, clock):
+    """Tasks, but none ready for agent A and nothing due: an idle world."""
+    store.dispatch("B")  # for somebody else
+    busy = store.dispatch(None, exec_ttl_ms=10_000)
+    store.dispatch(None, depends_on=[busy])  # waits on a claimed task
+    c = store.claim(busy, "B")
+    done = store.dispatch(None)
+    d = store.claim(done, "B")
+    store.fulfill(done, "B", d.token, "ok")
+    store.acquire_lock("L", "B", 10_000)
+    clock.advance(100)
+    return c
+
+
+def test_idle_poll_writes_nothing(store, clock, observer, wal_size):
+    _not_ready_world(store, clock)
+    store.checkpoint("TRUNCATE")
+    wal_before, dv_before = wal_size(), _data_version(observer)
+    for agent in ("A", "C"):
+        assert store.poll_next(agent) is None
+    assert store.sweep() == 0
+    assert (wal_size(), _data_version(observer)) == (wal_before, dv_before)
+    # the positive control: a write is visible to both measurements
+    store.dispatch(None)
+    assert wal_size() > wal_before
+    assert _data_version(observer) != dv_before
+
+
+def test_idle_poll_without_checkpoint_keeps_wal_size(store, clock, observer, wal_size):
+    _not_ready_world(store, clock)
+    wal_before, dv_before = wal_size(), _data_version(observer)
+    assert wal_before > 0
+    for _ in range(50):
+        assert store.poll_next("A") is None
+    assert (wal_size(), _data_version(observer)) == (wal_before, dv_before)
+
+
+def test_calls_that_find_nothing_to_do_write_nothing(store, clock, observer, wal_size):
+    c = _not_ready_world(store, clock)
+    for_b = store.inspect("B")[0].task_id
+    wal_before, dv_before = wal_size(), _data_version(observer)
+    assert store.claim(for_b, "A") is None  # not for A
+    assert store.claim(c.task_id, "A") is None  # already claimed
+    assert store.acquire_lock("L", "A", 10) is False
+    assert store.release_lock("L", "A") is False
+    assert (wal_size(), _data_version(observer)) == (wal_before, dv_before)
+
+
+def test_reads_never_write_and_never_sweep(store, clock, observer, wal_size):
+    tid = store.dispatch(None, exec_ttl_ms=10)
+    c = store.poll_next("A")
+    store.salvage(tid, "A", c.token, "part")
+    late = store.dispatch(None, queue_ttl_ms=5)
+    store.acquire_lock("L", "A", 10)
+    clock.advance(1_000)  # everything is due now
+    wal_before, dv_before = wal_size(), _data_version(observer)
+    for _ in range(3):
+        v = store.get(tid)
+        assert (v.status, v.is_logically_expired) == ("CLAIMED", True)
+        assert store.get(late).status == "SUBMITTED"
+        assert len(store.inspect()) == 2
+        assert store.inspect("A")[0].task_id == tid
+        assert len(store.salvaged(tid)) == 1
+        assert store.lock_holder("L") is None
+    assert (wal_size(), _data_version(observer)) == (wal_before, dv_before)
+    assert store.sweep() == 2  # the due work was still there
+    assert _data_version(observer) != dv_before
+
+
+# ----------------------------------------------------------------- no long transactions
+def test_no_transaction_or_snapshot_outlives_any_call(store, store_factory, clock, db_path):
+    """After every call (refusals too) the connection is in autocommit with nothing open:
+    another connection's TRUNCATE checkpoint is not blocked and empties the WAL."""
+    other = sqlite3.connect(db_path, isolation_level=None)
+    steps = 0
+
+    def call(fn, *args, **kwargs):
+        nonlocal steps
+        try:
+            out = fn(*args, **kwargs)
+        except FerryError as exc:
+            out = exc
+        assert not store._conn.in_transaction, (fn.__name__, out)
+        busy, log, done = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+        assert busy == 0, f"{fn.__name__} left a read snapshot or transaction open"
+        assert os.path.getsize(db_path + "-wal") == 0
+        steps += 1
+        return out
+
+    try:
+        a = call(store.dispatch, None, exec_ttl_ms=100, max_attempts=2)
+        call(store.dispatch, None, depends_on=["ghost"])  # NotFound
+        call(store.dispatch, None, exec_ttl_ms=0)  # InvalidArgument
+        b = call(store.dispatch, None, depends_on=[a])
+        c = call(store.poll_next, "A")
+        call(store.poll_next, "A")  # idle
+        call(store.claim, "ghost", "A")  # NotFound
+        call(store.claim, b, "A")  # not ready
+        call(store.extend, a, "A", c.token)
+        call(store.salvage, a, "A", c.token, [1])
+        call(store.fulfill, a, "A", None, 1)  # TokenRequired
+        call(store.fulfill, a, "A", "bad", 1)  # InvalidToken
+        call(store.fulfill, a, "B", c.token, 1)  # PermissionDenied
+        call(store.fail, a, "A", c.token, "")  # InvalidArgument
+        call(store.fulfill, "ghost", "A", c.token, 1)  # NotFound
+        call(store.get, a)
+        call(store.get, "ghost")
+        call(store.inspect)
+        call(store.inspect, "A")
+        call(store.salvaged, a)
+        call(store.acquire_lock, "L", "A", 50)
+        call(store.acquire_lock, "L", "B", 50)
+        call(store.lock_holder, "L")
+        call(store.release_lock, "L", "B")
+        call(store.release_lock, "L", "A")
+        clock.advance(1_000)
+        call(store.fulfill, a, "A", c.token, "late")  # LeaseExpired (+ salvage)
+        call(store.sweep)
+        c2 = call(store.poll_next, "B")
+        call(store.release, a, "B", c2.token)
+        c3 = call(store.claim, a, "B")
+        call(store.fulfill, a, "B", c3.token, "ok")
+        c4 = call(store.poll_next, "B")
+        call(store.fail, b, "B", c4.token, "x")
+        call(store.fail, b, "B", c4.token, "again")  # WrongState
+        call(store.checkpoint, "PASSIVE")
+    finally:
+        other.close()
+    assert steps == 35
+
+
+@pytest.mark.parametrize("policy", ["stock", "jitter"])
+def test_a_long_foreign_transaction_gives_store_error_after_the_timeout(
+        store_factory, db_path, policy):
+    s = store_factory(busy_policy=policy, busy_timeout_ms=50)
+    tid = s.dispatch(None)
+    c = s.poll_next("A")
+    ready = s.dispatch(None)
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        for fn, args in ((s.dispatch, (None,)), (s.poll_next, ("B",)),
+                         (s.fulfill, (tid, "A", c.token, 1)), (s.acquire_lock, ("L", "o", 5))):
+            with pytest.raises(StoreError) as info:
+                fn(*args)
+            assert "busy_timeout_ms" in str(info.value)
+            assert not s._conn.in_transaction
+        blocker.execute("ROLLBACK")
+    finally:
+        blocker.close()
+    assert s.get(ready).status == "SUBMITTED"
+    s.fulfill(tid, "A", c.token, 1)
+    assert s.poll_next("B").task_id == ready
+
+
+# ----------------------------------------------------------------- open errors
+def _snapshot(path):
+    """Bytes, mtime and the directory listing: 'never modified' means all three equal."""
+    d = os.path.dirname(path)
+    st = os.stat(path)
+    with open(path, "rb") as fh:
+        data = fh.read()
+    return data, st.st_mtime_ns, st.st_size, sorted(os.listdir(d))
+
+
+def _make_sqlite(path, *statements):
+    conn = sqlite3.connect(path)
+    try:
+        for sql in statements:
+            conn.execute(sql)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+BAD_FILES = {
+    "not-sqlite": lambda p: open(p, "wb").write(b"just some text, not a database\n" * 100),
+    "short-garbage": lambda p: open(p, "wb").write(b"abc"),
+    "sqlite-magic-then-garbage": lambda p: open(p, "wb").write(
+        b"SQLite format 3\x00" + b"\xff\x13garbage" * 512),
+    "newer-schema": lambda p: _make_sqlite(
+        p, "CREATE TABLE tasks(x)", f"PRAGMA user_version={SCHEMA_VERSION + 1}"),
+    "newer-schema-empty": lambda p: _make_sqlite(p, f"PRAGMA user_version={SCHEMA_VERSION + 7}"),
+    "other-application": lambda p: _make_sqlite(
+        p, "CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT)",
+        "INSERT INTO users(name) VALUES ('ada')"),
+    "other-application-same-version": lambda p: _make_sqlite(
+        p, "CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT)",
+        "INSERT INTO users(name) VALUES ('ada')", f"PRAGMA user_version={SCHEMA_VERSION}"),
+    "other-application-sharing-a-table-name": lambda p: _make_sqlite(
+        p, "CREATE TABLE tasks(id INTEGER PRIMARY KEY, what TEXT)",
+        "CREATE TABLE notes(id INTEGER PRIMARY KEY)"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_FILES))
+def test_open_refuses_files_that_are_not_our_store_and_never_touches_them(
+        tmp_path, clock, kind, claim_strategy):
+    path = str(tmp_path / "x.db")
+    BAD_FILES[kind](path)
+    before = _snapshot(path)
+    with pytest.raises(StoreError) as info:
+        LeaseStore(path, clock=clock, claim_strategy=claim_strategy)
+    assert path in str(info.value) or "x.db" in str(info.value)
+    assert _snapshot(path) == before
+
+
+def test_newer_schema_message_says_what_to_do(tmp_path, clock):
+    path = str(tmp_path / "new.db")
+    BAD_FILES["newer-schema"](path)
+    with pytest.raises(StoreError, match="upgrade"):
+        LeaseStore(path, clock=clock)
+
+
+def test_open_refuses_a_directory(tmp_path, clock):
+    d = tmp_path / "adir"
+    d.mkdir()
+    (d / "keep").write_text("x")
+    with pytest.raises(StoreError, match="directory"):
+        LeaseStore(str(d), clock=clock)
+    assert sorted(os.listdir(d)) == ["keep"]
+    assert sorted(os.listdir(tmp_path)) == ["adir"]
+
+
+def test_open_refuses_a_path_in_a_missing_directory(tmp_path, clock):
+    path = tmp_path / "missing" / "deeper" / "x.db"
+    with pytest.raises(StoreError, match="does not exist"):
+        LeaseStore(str(path), clock=clock)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0,
+                    reason="running as root: permission bits do not stop root, so an "
+                           "unwritable location cannot be simulated with chmod")
+def test_open_refuses_an_unwritable_directory(tmp_path, clock):
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o555)
+    try:
+        with pytest.raises(StoreError):
+            LeaseStore(str(d / "x.db"), clock=clock)
+        assert os.listdir(d) == []
+    finally:
+        d.chmod(0o755)
+
+
+@pytest.mark.skipif(os.geteuid() == 0,
+                    reason="running as root: permission bits do not stop root, so an "
+                           "unreadable file cannot be simulated with chmod")
+def test_open_refuses_an_unreadable_store(tmp_path, clock):
+    path = str(tmp_path / "x.db")
+    LeaseStore(path, clock=clock).close()
+    os.chmod(path, 0o000)
+    try:
+        with pytest.raises(StoreError):
+            LeaseStore(path, clock=clock)
+    finally:
+        os.chmod(path, 0o644)
+
+
+def test_open_accepts_an_empty_file_as_a_new_store(tmp_path, clock):
+    path = tmp_path / "empty.db"
+    path.write_bytes(b"")
+    with LeaseStore(str(path), clock=clock) as s:
+        tid = s.dispatch(None)
+        assert s.get(tid).status == "SUBMITTED"
+
+
+def test_reopening_an_existing_store_keeps_everything(store, store_factory, db_dump):
+    tid = store.dispatch(None, payload={"k": 1})
+    store.close()
+    before = db_dump()
+    again = store_factory()
+    assert db_dump() == before
+    assert again.get(tid).payload == {"k": 1}
+
+
+def test_reopening_after_analyze_is_not_mistaken_for_another_application(store, store_factory):
+    tid = store.dispatch(None)
+    store._conn.execute("ANALYZE")  # creates sqlite_stat1, SQLite's own table
+    store.close()
+    assert store_factory().get(tid).status == "SUBMITTED"
