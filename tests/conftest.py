@@ -122,3 +122,15 @@ def assert_refused():
         return info
 
     return check
+
+
+# ---------------------------------------------------------------------- fuzz budgets
+def pytest_addoption(parser):
+    parser.addoption("--ferry-thorough", action="store_true", default=False,
+                     help="multiply fuzz budgets by 10 and use the ferry-thorough Hypothesis profile")
+
+
+@pytest.fixture
+def ferry_budget(request) -> float:
+    """Multiplier for time budgets: 1 by default, 10 with --ferry-thorough."""
+    return 10.0 if request.config.getoption("--ferry-thorough") else 1.0
