@@ -163,11 +163,12 @@ N_TASKS = 200
 N_PROCS = 4
 
 
-def _contention_worker(path: str, strategy: str, policy: str, worker: str, q) -> None:
+def _contention_worker(path: str, strategy: str, policy: str, worker: str, q, start) -> None:
     try:
         claims = 0
         with LeaseStore(path, clock=ManualClock(T0), claim_strategy=strategy,
                         busy_policy=policy, busy_timeout_ms=20_000) as s:
+            start.wait(timeout=30)  # everybody polls at once: real contention
             while True:
                 c = s.poll_next(worker)
                 if c is None:
@@ -187,7 +188,9 @@ def test_contention_every_task_completed_exactly_once(tmp_path, strategy, policy
         ids = [s.dispatch(None, payload=i) for i in range(N_TASKS)]
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_contention_worker, args=(path, strategy, policy, f"w{i}", q))
+    start = ctx.Barrier(N_PROCS)
+    procs = [ctx.Process(target=_contention_worker,
+                         args=(path, strategy, policy, f"w{i}", q, start))
              for i in range(N_PROCS)]
     reports = {}
     try:
@@ -207,6 +210,7 @@ def test_contention_every_task_completed_exactly_once(tmp_path, strategy, policy
             p.join(timeout=5)
         q.close()
     assert sum(reports.values()) == N_TASKS
+    assert sum(1 for n in reports.values() if n) >= 2, reports  # the work really was shared
     with LeaseStore(path, clock=ManualClock(T0)) as s:
         views = s.inspect()
         assert [v.task_id for v in views] == ids
@@ -223,3 +227,18 @@ def test_contention_every_task_completed_exactly_once(tmp_path, strategy, policy
     finally:
         conn.close()
     assert len(rows) == N_TASKS and all(n == 1 for _, n in rows)
+
+
+def test_claim_statement_repeats_the_readiness_conditions(store, clock, monkeypatch):
+    """Even with no sweep before it, the claiming write itself refuses a task whose queue
+    window has ended (the readiness conditions live in the WHERE clause, not in Python)."""
+    tid = store.dispatch(None, queue_ttl_ms=100)
+    monkeypatch.setattr(store, "sweep_at", lambda now: 0)
+    monkeypatch.setattr(store, "_apply_due", lambda conn, now: 0)
+    clock.set(T0 + 100)
+    assert store.claim(tid, "A") is None
+    assert store.poll_next("A") is None
+    assert store.get(tid).status == SUBMITTED  # really unswept: only the WHERE refused
+    monkeypatch.undo()
+    assert store.sweep() == 1
+    assert store.get(tid).status == "TIMED_OUT"

@@ -266,3 +266,39 @@ def test_history_primary_key_makes_a_reissued_token_impossible(store, db_path):
     finally:
         conn.close()
     assert store.get(b).status == SUBMITTED
+
+
+# ----------------------------------------------------------------- the final write repeats the guard
+@ops
+@pytest.mark.parametrize("race", ["lease-ended", "released-and-reclaimed"])
+def test_final_write_repeats_the_guard(store, store_factory, clock, monkeypatch, op, race):
+    """SPEC §5: a check in Python alone is a race. Let the first guard pass on a stale row
+    (as if the world changed between the guard's read and the write): the write's own WHERE
+    clause must refuse, and the retry names the refusal."""
+    tid, c = _claimed(store, max_attempts=2)
+    clock.set(c.lease_expires_at - 1)
+    stale_row = store._guard(tid, "A", c.token, clock())
+    if race == "lease-ended":
+        clock.set(c.lease_expires_at)
+        expected, holder = LeaseExpired, None
+    else:
+        store.release(tid, "A", c.token)
+        c2 = store_factory().claim(tid, "B")
+        assert c2 is not None
+        expected, holder = PermissionDenied, "B"
+    real_guard = store._guard
+    calls = []
+
+    def stale_first(*args):
+        calls.append(args)
+        return stale_row if len(calls) == 1 else real_guard(*args)
+
+    monkeypatch.setattr(store, "_guard", stale_first)
+    with pytest.raises(expected):
+        HOLDER_OPS[op](store, tid, "A", c.token)
+    assert len(calls) == 2  # the stale pass, then the re-read that named the refusal
+    v = store.get(tid)
+    assert v.claimed_by == holder and v.result is None and v.extend_count == 0
+    assert v.status == (SUBMITTED if holder is None else CLAIMED)
+    assert [s.kind for s in store.salvaged(tid)] == (
+        ["late_result"] if op == "fulfill" and race == "lease-ended" else [])

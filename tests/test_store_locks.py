@@ -133,3 +133,28 @@ def test_at_most_one_owner_at_every_instant(store, store_factory, clock):
         holders = {s.lock_holder("L") for s in contenders}
         assert holders == {owner if t < expires else None}
     assert len(owners_seen) > 3  # the lock really changed hands
+
+
+@pytest.mark.parametrize("race", ["taken-over", "expired"])
+def test_release_lock_delete_repeats_its_conditions(store, store_factory, clock, monkeypatch,
+                                                    race):
+    """release_lock reads, then deletes: the DELETE must repeat owner and expiry, because
+    the lock can change hands between the two statements."""
+    store.acquire_lock("L", "d1", TTL)
+    clock.set(T0 + TTL)
+    if race == "taken-over":
+        assert store_factory().acquire_lock("L", "d2", TTL)
+    real_rows = store._rows
+
+    def stale_check(sql, args=()):
+        if sql.startswith("SELECT 1 FROM daemon_locks"):
+            return [(1,)]  # what the read saw a moment earlier: d1 held it
+        return real_rows(sql, args)
+
+    monkeypatch.setattr(store, "_rows", stale_check)
+    assert store.release_lock("L", "d1") is False
+    monkeypatch.undo()
+    if race == "taken-over":
+        assert store.lock_holder("L") == "d2"
+    else:
+        assert _row(store, "L") == ("d1", T0 + TTL, T0)

@@ -367,3 +367,26 @@ def test_reopening_after_analyze_is_not_mistaken_for_another_application(store, 
     store._conn.execute("ANALYZE")  # creates sqlite_stat1, SQLite's own table
     store.close()
     assert store_factory().get(tid).status == "SUBMITTED"
+
+
+def test_idle_calls_take_no_write_lock(store_factory, clock, db_path):
+    """With another connection holding the write lock, idle polls, sweeps and reads still
+    answer at once: they never even begin a write transaction (two-phase sweep)."""
+    s = store_factory(busy_timeout_ms=50)
+    c = _not_ready_world(s, clock)
+    s.salvage(c.task_id, "B", c.token, "part")
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        for _ in range(3):
+            assert s.poll_next("A") is None
+            assert s.sweep() == 0
+            assert s.get(c.task_id).status == "CLAIMED"
+            assert len(s.inspect()) == 4 and len(s.salvaged(c.task_id)) == 1
+            assert s.lock_holder("L") == "B"
+            assert s.release_lock("L", "A") is False
+        with pytest.raises(StoreError):  # the control: a real write does wait, then give up
+            s.dispatch(None)
+        blocker.execute("ROLLBACK")
+    finally:
+        blocker.close()
