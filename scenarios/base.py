@@ -1,0 +1,330 @@
+"""What every scenario is made of: a :class:`Session` to act in, and the :class:`Scenario` record.
+
+A scenario is a short script of one race from the source articles. It acts only through
+the harness: a :class:`Session` *is* a :class:`harness.executor.Executor` (a fresh database,
+the shared clock, the worker pool, one :class:`harness.history.History`), so every call it
+makes runs in a real worker process and is recorded as an :class:`~harness.history.Op`.
+After each call or race the harness :class:`~harness.checker.Checker` looks at what changed;
+the first violation ends the scenario (:class:`Stop`). A scenario may state an extra
+expectation with :meth:`Session.expect` only where no checker rule covers it, and must
+name the SPEC §8 id that expectation belongs to.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.checker import INVARIANTS, Checker, Violation
+from harness.client import HarnessError, PlannedCall, WorkerPool
+from harness.clock import SharedClock
+from harness.executor import Executor
+from harness.history import OK, History, Op
+from harness.model import ModelConfig
+
+MAX_ROUNDS = 20  # a race is repeated at most this often; it stops at the first violation
+QUEUE_TTL_MS = 600_000
+EXEC_TTL_MS = 10_000
+
+Call = tuple[int, str, str, dict[str, Any]]  # (worker slot, op, agent, args)
+
+
+class Stop(Exception):
+    """A violation was found: the scenario ends here (the session holds the violations)."""
+
+
+class SetupFailed(Exception):
+    """A step the scenario needs in order to stage its race was refused (not a race result)."""
+
+
+@dataclass
+class ScenarioContext:
+    """What the runner lends a scenario: the pool (already started) and where to put files."""
+
+    pool: WorkerPool
+    clock: SharedClock
+    workdir: str
+    max_rounds: int = MAX_ROUNDS
+    wal_bound_bytes: int = 64 << 20
+    runs: int = 0  # scenarios run so far on this context (example numbers)
+
+
+@dataclass
+class ScenarioResult:
+    """The outcome of one scenario run. ``invariant`` is the violated id, or the declared one."""
+
+    name: str
+    passed: bool
+    invariant: str
+    explanation: str
+    history: History
+    violations: list[Violation] = field(default_factory=list)
+    status: str = "pass"  # pass | fail | skip | error
+    seconds: float = 0.0
+    rounds: int = 0
+    script: list[str] = field(default_factory=list)
+    capabilities: frozenset[str] = frozenset()
+    unknown: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One named race: what it checks, where it comes from, and the script that stages it."""
+
+    name: str
+    invariant: str  # the SPEC §8 id this race is about
+    description: str  # one sentence
+    source: str  # where in ../shared/seeds/ the race is described
+    script: Callable[[Session], str]  # runs the race; returns the pass explanation
+    needs: tuple[str, ...] = ("dispatch", "claim", "fulfill")
+
+    def __post_init__(self) -> None:
+        if self.invariant not in INVARIANTS:
+            raise ValueError(f"scenario {self.name}: unknown invariant id {self.invariant!r}")
+
+    def run(self, ctx: ScenarioContext) -> ScenarioResult:
+        """Run on a fresh database; never raises for what the target does."""
+        t0 = time.perf_counter()
+        session = Session(ctx, self)
+        missing = [n for n in self.needs if n not in session.capabilities]
+        explanation, status = "", "pass"
+        if missing:
+            status = "skip"
+            explanation = f"skipped: the target lacks {', '.join(missing)}"
+        else:
+            try:
+                explanation = self.script(session)
+                session.audit()
+            except Stop:
+                status = "fail"
+            except SetupFailed as exc:
+                status, explanation = "error", f"could not stage the race: {exc}"
+            except HarnessError:
+                raise  # the pool itself is broken: nothing more can run
+            except Exception as exc:  # the target answered in a shape the script cannot use
+                status = "error"
+                explanation = f"the scenario could not go on: {type(exc).__name__}: {exc}"
+            finally:
+                session.release_all()
+        if status == "fail":
+            first = session.violations[0]
+            where = f" (round {session.rounds_run})" if session.rounds_run > 1 else ""
+            explanation = f"{first.message}{where}"
+        elif status == "pass" and session.checker.unknown:
+            explanation += f"; undecided: {session.checker.unknown[0]}"
+        invariant = session.violations[0].invariant if session.violations else self.invariant
+        return ScenarioResult(
+            name=self.name, passed=status in ("pass", "skip"), invariant=invariant,
+            explanation=explanation, history=session.history,
+            violations=list(session.violations), status=status,
+            seconds=time.perf_counter() - t0, rounds=max(1, session.rounds_run),
+            script=list(session.script), capabilities=frozenset(session.capabilities),
+            unknown=list(session.checker.unknown))
+
+
+class Session(Executor):
+    """One scenario run: an Executor (fresh database, shared clock, pool, history, checker)
+    with a few verbs for writing races as plain scripts."""
+
+    def __init__(self, ctx: ScenarioContext, scenario: Scenario) -> None:
+        ctx.runs += 1
+        path = os.path.join(ctx.workdir, f"{scenario.name}.db")
+        super().__init__(ctx.pool, ctx.clock, path, example=ctx.runs,
+                         checker=Checker(ModelConfig(), wal_bound_bytes=ctx.wal_bound_bytes))
+        self.scenario = scenario
+        self.max_rounds = ctx.max_rounds
+        self.rounds_run = 0
+        self.script: list[str] = []
+        self._paused: set[int] = set()
+
+    # ------------------------------------------------------------------ bookkeeping
+    @property
+    def size(self) -> int:
+        """How many worker processes there are (at least 2)."""
+        return self.pool.size
+
+    def now(self) -> int:
+        return self.clock()
+
+    def say(self, text: str) -> None:
+        """Narrate a step of the script (shown in the report of a failing scenario)."""
+        self.script.append(f"t={self.clock()}: {text}")
+
+    def rounds(self, n: int | None = None) -> Iterator[int]:
+        """Repeat a race: yields 1, 2, … up to ``n`` (default: the context's maximum)."""
+        limit = self.max_rounds if n is None else min(n, self.max_rounds)
+        for r in range(1, max(1, limit) + 1):
+            self.rounds_run = r
+            yield r
+
+    def each(self, variants: Iterable[Any]) -> Iterator[Any]:
+        """Repeat a race once per variant (a TTL, an offset…), counting rounds like :meth:`rounds`."""
+        for r, variant in enumerate(list(variants)[: max(1, self.max_rounds)], 1):
+            self.rounds_run = r
+            yield variant
+
+    def _checked(self, ops: list[Op]) -> list[Op]:
+        """Let the harness checker look at what these ops touched; stop at a violation."""
+        self._learn(ops)
+        found = self.checker.check(self.history, ops)
+        if found:
+            self.violations.extend(found)
+            raise Stop
+        return ops
+
+    def step(self, step: dict[str, Any]) -> None:
+        """Run one of the Executor's own steps (``idle_poll``, ``checkpoint``, ``reads``…)."""
+        self.say(f"executor step {step}")
+        if self.run_step(step):
+            raise Stop
+
+    def expect(self, ok: bool, invariant: str, message: str, ops: Iterable[Op] = ()) -> None:
+        """A scenario-specific expectation that no checker rule covers, under its SPEC id."""
+        if ok:
+            return
+        if invariant not in INVARIANTS:
+            raise ValueError(f"unknown invariant id {invariant!r}")
+        self.violations.append(Violation(invariant, message, ops=[o.index for o in ops],
+                                         detail={"scenario": self.scenario.name}))
+        raise Stop
+
+    # ------------------------------------------------------------------ acting
+    def call(self, slot: int, op: str, agent: str, **args: Any) -> Op:
+        """One operation in worker ``slot`` as ``agent`` (no barrier)."""
+        return self.race([(slot, op, agent, args)])[0]
+
+    def race(self, calls: list[Call]) -> list[Op]:
+        """Several operations, one per worker slot, released together at one barrier."""
+        planned = [PlannedCall(slot % self.size, op, dict(args), agent)
+                   for slot, op, agent, args in calls]
+        if len(planned) > 1:
+            self.say(f"race at one barrier: {', '.join(f'w{c.slot} {c.agent} {c.op}' for c in planned)}")
+        return self._checked(self._run(planned))
+
+    def measured(self, calls: list[Call], *, idle: bool | None = None) -> list[Op]:
+        """Like :meth:`race`, with the ``-wal`` size measured around it (for WAL rules).
+
+        ``idle=True`` tells the checker nothing here had work to do, so the WAL must not grow;
+        the default decides from the outcome (a poll or sweep that found nothing).
+        """
+        before = self.pool.wal_size()
+        planned = [PlannedCall(slot % self.size, op, dict(args), agent)
+                   for slot, op, agent, args in calls]
+        ops = self._run(planned)
+        after = self.pool.wal_size()
+        quiet = idle if idle is not None else all(
+            o.type == OK and not o.value for o in ops if o.op in ("poll_next", "sweep"))
+        for o in ops:
+            o.extra.update(wal_before=before, wal_after=after, idle=quiet)
+        self.say(f"measured {', '.join(o.op for o in ops)}: -wal {before} -> {after} bytes")
+        return self._checked(ops)
+
+    def dispatch(self, target: str | None = None, *, exec_ttl: int = EXEC_TTL_MS,
+                 queue_ttl: int = QUEUE_TTL_MS, attempts: int = 1, deps: Iterable[str] = (),
+                 title: str = "") -> str:
+        """Dispatch one task (from worker 0, as ``client``); returns its id."""
+        args: dict[str, Any] = {"target_agent": target, "title": title,
+                                "queue_ttl_ms": queue_ttl, "exec_ttl_ms": exec_ttl,
+                                "max_attempts": attempts, "payload": {"title": title}}
+        if deps:
+            args["depends_on"] = list(deps)
+        op = self.call(0, "dispatch", "client", **args)
+        self.need(op, f"dispatch {title or 'a task'}")
+        self.say(f"dispatched {title or 'a task'} = {str(op.value)[:8]}")
+        return op.value
+
+    def claim(self, slot: int, agent: str, task_id: str) -> dict[str, Any]:
+        """Claim a task that must be claimable now; returns the claim (task_id, token, …)."""
+        op = self.call(slot, "claim", agent, task_id=task_id)
+        self.need(op, f"claim of {task_id[:8]} by {agent}")
+        self.say(f"w{slot} {agent} claimed {task_id[:8]} until {op.value['lease_expires_at']}")
+        return op.value
+
+    def need(self, op: Op, what: str) -> Op:
+        """A staging step must succeed (with a value where one is due), or the race cannot run."""
+        if op.type != OK or (op.op in ("dispatch", "claim", "poll_next") and not op.value):
+            got = f"{op.type} {op.error or ''} {op.message or op.note or ''}".strip()
+            raise SetupFailed(f"{what} did not succeed ({got or 'returned nothing'})")
+        return op
+
+    def set_clock(self, ms: int, why: str = "") -> None:
+        """Move the shared clock to exactly ``ms`` (forward only: leases never un-expire)."""
+        if not self._set_clock(ms):
+            raise ValueError(f"the clock only moves forward ({self.clock()} -> {ms})")
+        self.say(f"clock set to {ms}{' (' + why + ')' if why else ''}")
+
+    def pause(self, slot: int) -> None:
+        """SIGSTOP a worker: alive, frozen, still holding whatever it held."""
+        self.pool.pause(slot)
+        self._paused.add(slot)
+        self._mark("pause", slot=slot)
+
+    def resume(self, slot: int) -> None:
+        self.pool.resume(slot)
+        self._paused.discard(slot)
+        self._mark("resume", slot=slot)
+
+    def hold_reader(self) -> None:
+        """Open a read transaction in an outside process (a long reader pins the WAL)."""
+        self.pool.hold_reader()
+        self._mark("reader-open")
+
+    def drop_reader(self) -> None:
+        self.pool.drop_reader()
+        self._mark("reader-closed")
+
+    def _mark(self, what: str, **args: Any) -> None:
+        """Record a fault as a history entry (process -1, like the nemesis), for the timeline."""
+        t = time.monotonic_ns()
+        self.history.append(Op(index=self.history.next_index(), process=-1, agent="nemesis",
+                               op="nemesis", args={"fault": what, **args}, invoke_ns=t,
+                               now=self.clock(), complete_ns=t, type=OK, example=self.example))
+        self.say(f"{what} {args or ''}".strip())
+
+    def release_all(self) -> None:
+        """Leave the pool as we found it: no paused worker, no open reader."""
+        for slot in list(self._paused):
+            self.resume(slot)
+        self.pool.drop_reader()
+
+    def audit(self) -> None:
+        """The Executor's closing audit: sweep, read every task back, checkpoint."""
+        self.say("audit: sweep, get/salvaged of every task, checkpoint(TRUNCATE)")
+        if self.finish():
+            raise Stop
+
+    # ------------------------------------------------------------------ small helpers
+    def slot_of(self, op: Op) -> int:
+        """The worker slot that ran ``op``."""
+        return self.pool.slot_of(op.process)
+
+    @staticmethod
+    def winners(ops: Iterable[Op]) -> list[Op]:
+        """The ops that returned a truthy value (claims that won, locks acquired)."""
+        return [o for o in ops if o.type == OK and o.value]
+
+    @staticmethod
+    def forged_token() -> str:
+        """A well-formed token nobody was ever issued."""
+        return str(uuid.uuid4())
+
+
+def holder_args(op: str, task_id: str, token: str | None, tag: str) -> dict[str, Any]:
+    """Arguments of a holder operation, with a payload that says who sent it."""
+    args: dict[str, Any] = {"task_id": task_id, "token": token}
+    if op == "fulfill":
+        args["result"] = {"by": tag}
+    elif op == "fail":
+        args["reason"] = f"failed by {tag}"
+    elif op == "release":
+        args["reason"] = f"released by {tag}"
+    elif op == "salvage":
+        args["partial"] = {"by": tag}
+    return args
+
+
+HOLDER_OPS = ("extend", "salvage", "release", "fail", "fulfill")

@@ -1,0 +1,42 @@
+"""idle-poll-quiet — article 003 §5 (the two-phase sweep: read first, write only when
+something is due) and 001 §6 (an idle loop makes zero writes).
+
+The queue is not empty, but nothing in it is for the pollers: one task is addressed to
+another agent, one waits for an unfinished dependency, one is done. After a ``TRUNCATE``
+checkpoint the ``-wal`` is empty; then idle pollers poll, sweep and read, alone and all at
+once, and the ``-wal`` must stay exactly as it was. A blind UPDATE (or any write) in the
+poll path appends a frame on every idle poll.
+"""
+
+from __future__ import annotations
+
+from .base import Scenario, Session, holder_args
+
+
+def idle_poll_quiet(s: Session) -> str:
+    blocker = s.dispatch(target="somebody-else", title="not for us")
+    s.dispatch(deps=[blocker], title="waits for a dependency")
+    done = s.dispatch(title="already done")
+    lease = s.claim(1, "worker", done)
+    s.call(1, "fulfill", "worker", **holder_args("fulfill", done, lease["token"], "worker"))
+    s.step({"kind": "checkpoint"})  # -wal emptied (and the checker makes sure it is)
+    polls = 0
+    for _ in s.rounds(5):
+        s.step({"kind": "idle_poll"})  # the Executor's: sweep, then one measured idle poll
+        s.measured([(slot, "poll_next", f"idle-{slot}", {}) for slot in range(s.size)])
+        s.measured([(0, "sweep", "janitor", {})])
+        s.step({"kind": "reads"})  # get/salvaged/inspect, each measured
+        polls += s.size + 1
+    return (f"{polls} idle polls (alone and {s.size} at one barrier), sweeps and reads: "
+            f"the -wal stayed at {s.pool.wal_size()} bytes")
+
+
+SCENARIO = Scenario(
+    name="idle-poll-quiet",
+    invariant="idle-no-write",
+    description="Polls, sweeps and reads that find nothing to do leave the -wal unchanged, "
+                "alone or all at once.",
+    source="003 §5 (两阶段先读后写), 001 §6 (零写入)",
+    script=idle_poll_quiet,
+    needs=("dispatch", "claim", "fulfill", "poll_next", "wal-file"),
+)

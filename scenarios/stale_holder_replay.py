@@ -1,0 +1,45 @@
+"""stale-holder-replay — article 000 §4.3 (token self-destructs on release) and 001 §3.
+
+A worker claims a task, gives it back (``release``, or its lease runs out), and the same
+agent claims it again in another process, getting a fresh token. The first process still
+has the old token and replays it through every holder operation. A store that accepts any
+token it ever issued for the task (no retirement) lets the stale holder finish, fail,
+release or extend a task that is no longer its own.
+"""
+
+from __future__ import annotations
+
+from .base import HOLDER_OPS, Scenario, Session, holder_args
+
+EXEC_TTL_MS = 5_000
+
+
+def stale_holder_replay(s: Session) -> str:
+    agent = "worker"  # the same agent both times: only the token tells the claims apart
+    old_slot, new_slot = 0, 1
+    for how in s.each(("release", "expiry")):
+        task = s.dispatch(exec_ttl=EXEC_TTL_MS, attempts=2, title=f"replay after {how}")
+        old = s.claim(old_slot, agent, task)
+        if how == "release":
+            s.need(s.call(old_slot, "release", agent,
+                          **holder_args("release", task, old["token"], "first claim")), "release")
+        else:
+            s.set_clock(old["lease_expires_at"], "the first lease ends")
+        new = s.claim(new_slot, agent, task)
+        s.say(f"old token {old['token'][:8]} retired by {how}; current {new['token'][:8]}")
+        for op in HOLDER_OPS:
+            s.call(old_slot, op, agent, **holder_args(op, task, old["token"], "stale holder"))
+        s.call(new_slot, "fulfill", agent, **holder_args("fulfill", task, new["token"], "current holder"))
+    return ("after a release and after an expiry, the retired token was refused by all "
+            f"{len(HOLDER_OPS)} holder operations; the new holder finished")
+
+
+SCENARIO = Scenario(
+    name="stale-holder-replay",
+    invariant="token-unique",
+    description="After release (or expiry) and a re-claim by the same agent, the old token "
+                "replays every holder operation: all refused.",
+    source="000 §4.3 (退单令牌自毁与刷新防重放), 001 §3 (token history)",
+    script=stale_holder_replay,
+    needs=("dispatch", "claim", "fulfill", "release", "extend", "salvage", "fail"),
+)

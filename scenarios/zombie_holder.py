@@ -1,0 +1,53 @@
+"""zombie-holder — article 000 §3 ("an old worker keeps running in the background after its
+task timed out") and 001 §3 (a lease lets a dead worker's task be reclaimed).
+
+The holder process is frozen with SIGSTOP (a laptop lid closed, a debugger, a GC pause)
+while its lease runs out. At exactly ``lease_expires_at`` the other workers, under the same
+agent name, race to reclaim the task; one must win. Then the zombie is woken with SIGCONT
+and, unaware, delivers its result with its old token: the store must refuse it and keep
+the rescuer's work. The zombie's partial work and late result stay as salvage.
+"""
+
+from __future__ import annotations
+
+from .base import Scenario, Session, holder_args
+
+EXEC_TTL_MS = 2_000
+
+
+def zombie_holder(s: Session) -> str:
+    agent = "worker"
+    zombie, rescuers = 0, list(range(1, s.size))
+    for late_by in s.each((0, 1_000)):
+        task = s.dispatch(exec_ttl=EXEC_TTL_MS, attempts=2, title=f"long job, late by {late_by}")
+        lease = s.claim(zombie, agent, task)
+        s.call(zombie, "salvage", agent, **holder_args("salvage", task, lease["token"], "zombie"))
+        s.pause(zombie)
+        try:
+            s.set_clock(lease["lease_expires_at"] + late_by, "the frozen holder's lease is over")
+            grabs = s.race([(slot, "claim", agent, {"task_id": task}) for slot in rescuers])
+            won = s.winners(grabs)
+            s.expect(len(won) == 1, "single-winner",
+                     f"{len(won)} of {len(grabs)} rescuers reclaimed the expired task {task[:8]}; "
+                     "exactly one must", grabs)
+        finally:
+            s.resume(zombie)
+        rescue = won[0]
+        zf = s.call(zombie, "fulfill", agent, **holder_args("fulfill", task, lease["token"], "zombie"))
+        s.say(f"the zombie's fulfill -> {zf.type} {zf.error or ''}".strip())
+        s.call(s.slot_of(rescue), "fulfill", agent,
+               **holder_args("fulfill", task, rescue.value["token"], "rescuer"))
+        s.call(1, "get", "auditor", task_id=task)  # the rescuer's result, not the zombie's
+    return ("a SIGSTOPped holder's lease ended (at expires and expires+1000); one rescuer "
+            "reclaimed, the woken zombie's fulfill was refused, nothing overwritten")
+
+
+SCENARIO = Scenario(
+    name="zombie-holder",
+    invariant="lease-half-open",
+    description="The holder is frozen (SIGSTOP) past its lease, another worker reclaims at "
+                "the boundary, and the woken zombie's fulfill is refused.",
+    source="000 §3 (僵尸运行的旧进程), 001 §3 (lease 过期回收)",
+    script=zombie_holder,
+    needs=("dispatch", "claim", "fulfill", "salvage", "get"),
+)
