@@ -302,6 +302,10 @@ class Session(Executor):
         """The worker slot that ran ``op``."""
         return self.pool.slot_of(op.process)
 
+    def have(self, ops: Iterable[str]) -> list[str]:
+        """Those of ``ops`` the target has (a user's store may lack some)."""
+        return [op for op in ops if op in self.capabilities]
+
     @staticmethod
     def winners(ops: Iterable[Op]) -> list[Op]:
         """The ops that returned a truthy value (claims that won, locks acquired)."""

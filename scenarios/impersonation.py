@@ -18,7 +18,7 @@ def impersonation(s: Session) -> str:
         task = s.dispatch(target=agent, title=f"review #{r}")
         claim = s.need(s.call(a, "poll_next", agent), "instance A's poll").value
         s.say(f"instance A (w{a}) holds {task[:8]}; instance B (w{b}) has the same name, no token")
-        for op in HOLDER_OPS:
+        for op in s.have(HOLDER_OPS):
             for token in (None, s.forged_token()):
                 s.call(b, op, agent, **holder_args(op, task, token, "instance B"))
         s.call(b, "get", "auditor", task_id=task)  # still CLAIMED by A, nothing changed
@@ -28,7 +28,7 @@ def impersonation(s: Session) -> str:
                  f"the real holder's fulfill was refused ({ops[0].error}) while an impersonator "
                  "raced it", ops)
     return (f"{s.rounds_run} rounds: a same-name instance without the token was refused "
-            f"{2 * len(HOLDER_OPS) + 1} times each, the real holder's result kept")
+            f"{2 * len(s.have(HOLDER_OPS)) + 1} times each, the real holder's result kept")
 
 
 SCENARIO = Scenario(
