@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import ops as ops_module
 from harness.checker import INVARIANTS, Checker, Violation
 from harness.client import HarnessError, PlannedCall, WorkerPool
 from harness.clock import SharedClock
@@ -90,7 +91,7 @@ class Scenario:
         """Run on a fresh database; never raises for what the target does."""
         t0 = time.perf_counter()
         session = Session(ctx, self)
-        missing = [n for n in self.needs if n not in session.capabilities]
+        missing = [n for n in self.needs if not has_capability(session.capabilities, n)]
         explanation, status = "", "pass"
         if missing:
             status = "skip"
@@ -302,9 +303,9 @@ class Session(Executor):
         """The worker slot that ran ``op``."""
         return self.pool.slot_of(op.process)
 
-    def have(self, ops: Iterable[str]) -> list[str]:
-        """Those of ``ops`` the target has (a user's store may lack some)."""
-        return [op for op in ops if op in self.capabilities]
+    def have(self, names: Iterable[str]) -> list[str]:
+        """Those of ``names`` (operations or SPEC features) the target has."""
+        return [n for n in names if has_capability(self.capabilities, n)]
 
     @staticmethod
     def winners(ops: Iterable[Op]) -> list[Op]:
@@ -315,6 +316,29 @@ class Session(Executor):
     def forged_token() -> str:
         """A well-formed token nobody was ever issued."""
         return str(uuid.uuid4())
+
+
+_NOT_FEATURES = frozenset(ops_module.PROTOCOL) | {"dag", "wal-file"}
+
+
+def has_capability(capabilities: Iterable[str], name: str) -> bool:
+    """Does the target have an operation (``claim``…), ``dag``, ``wal-file``, or a SPEC
+    feature (``lease``, ``targets``… from ``harness.ops.FEATURES``)?
+
+    A feature this harness does not list is assumed present, as the harness assumes a
+    store that declares nothing to be a full SPEC store.
+    """
+    if name in capabilities:
+        return True
+    if name in _NOT_FEATURES:
+        return False
+    features = getattr(ops_module, "FEATURES", None)
+    if features is None:
+        return True
+    if name not in features:
+        raise ValueError(f"unknown capability {name!r}: not an operation, 'dag', 'wal-file' "
+                         f"or one of harness.ops.FEATURES {sorted(features)}")
+    return False
 
 
 def holder_args(op: str, task_id: str, token: str | None, tag: str) -> dict[str, Any]:

@@ -14,8 +14,9 @@ from .base import Scenario, Session, holder_args
 
 
 def idle_poll_quiet(s: Session) -> str:
-    blocker = s.dispatch(target="somebody-else", title="not for us")
-    if s.have(("dag",)):
+    blocker = s.dispatch(target="somebody-else", title="not for us") if s.have(("targets",)) \
+        else None
+    if blocker and s.have(("dag",)):
         s.dispatch(deps=[blocker], title="waits for a dependency")
     done = s.dispatch(title="already done")
     lease = s.claim(1, "worker", done)

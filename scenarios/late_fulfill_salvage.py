@@ -44,5 +44,5 @@ SCENARIO = Scenario(
                 "kept as salvage.",
     source="SPEC §4; 000 §4.2 (recordSalvage)",
     script=late_fulfill_salvage,
-    needs=("dispatch", "claim", "fulfill", "salvaged"),
+    needs=("dispatch", "claim", "fulfill", "salvaged", "lease"),
 )

@@ -41,5 +41,5 @@ SCENARIO = Scenario(
                 "the holder wins only before expires.",
     source="001 §3 (半开区间 [claimed_at, lease_expires_at))",
     script=lease_boundary,
-    needs=("dispatch", "claim", "fulfill"),
+    needs=("dispatch", "claim", "fulfill", "lease"),
 )

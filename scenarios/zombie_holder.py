@@ -50,5 +50,5 @@ SCENARIO = Scenario(
                 "the boundary, and the woken zombie's fulfill is refused.",
     source="000 §3 (僵尸运行的旧进程), 001 §3 (lease 过期回收)",
     script=zombie_holder,
-    needs=("dispatch", "claim", "fulfill", "get"),
+    needs=("dispatch", "claim", "fulfill", "get", "lease"),
 )
