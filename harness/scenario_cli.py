@@ -12,6 +12,7 @@ Exit codes: 0 every scenario passed (or was skipped: the target lacks what it ne
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -50,7 +51,8 @@ def register(sub: Any) -> dict[str, Any]:
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    wide = sys.stdout.isatty() or os.environ.get("COLUMNS")
+    return Console(width=None if wide else 160, highlight=False)
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
@@ -130,7 +132,8 @@ def _print_results(results: list[Any], target: str, seconds: float, reports: lis
     console.print(table)
     counts = {k: sum(1 for r in results if r.status == k) for k in STYLE}
     parts = [f"{n} {LABEL[k]}" for k, n in counts.items() if n]
-    console.print(f"ferry: {len(results)} scenarios, {', '.join(parts)} in {seconds:.1f}s",
+    noun = "scenario" if len(results) == 1 else "scenarios"
+    console.print(f"ferry: {len(results)} {noun}, {', '.join(parts)} in {seconds:.1f}s",
                   markup=False)
     for d in reports:
         console.print(f"  report: {d}/report.md  timeline: {d}/timeline.html", markup=False)
