@@ -81,13 +81,15 @@ class SharedPool:
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     pool = SharedPool(tmp_path_factory.mktemp("scenarios"))
+    procs = []
     try:
         pool.pool.start()
+        procs = [w.proc for w in pool.pool.slots]
         yield pool
     finally:
+        procs += [w.proc for w in pool.pool.slots if w.proc not in procs]  # replacements
         pool.pool.close()
-    assert not [p for p in mp.active_children() if p.name.startswith("ferry-")], \
-        "worker processes outlived the pool"
+    assert not [p for p in procs if p.is_alive()], "worker processes outlived the pool"
 
 
 def _explain(result) -> str:
