@@ -134,9 +134,10 @@ def _print_results(results: list[Any], target: str, seconds: float, reports: lis
     parts = [f"{n} {LABEL[k]}" for k, n in counts.items() if n]
     noun = "scenario" if len(results) == 1 else "scenarios"
     console.print(f"ferry: {len(results)} {noun}, {', '.join(parts)} in {seconds:.1f}s",
-                  markup=False)
-    for d in reports:
-        console.print(f"  report: {d}/report.md  timeline: {d}/timeline.html", markup=False)
+                  markup=False, soft_wrap=True)
+    for d in reports:  # paths on one line each, never wrapped
+        console.print(f"  report: {d}/report.md  timeline: {d}/timeline.html", markup=False,
+                      soft_wrap=True)
 
 
 def _one_line(text: str) -> str:
