@@ -9,6 +9,7 @@ reproduces ("reproduced 7/10"). The discovering execution's history is always ke
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ from .executor import Executor, Stats
 from .generator import ViolationFound, machine_for
 from .history import History
 from .model import ModelConfig
+from .schedule import compact
 
 REPLAY_TRIES = 10
 SHRINK_TRIES = 3
@@ -48,6 +50,7 @@ class CampaignConfig:
     wal_bound_bytes: int = 64 << 20
     shrink_budget_s: float = 30.0
     batch: int = 5
+    mode: str = "stress"
 
 
 @dataclass
@@ -80,7 +83,8 @@ class Runner:
     def __init__(self, cfg: CampaignConfig) -> None:
         self.cfg = cfg
         self.clock = SharedClock()
-        self.pool = WorkerPool(cfg.target, self.clock, cfg.workers)
+        self.pool = WorkerPool(cfg.target, self.clock, cfg.workers,
+                               scheduled=cfg.mode == "schedule")
         self.tmp = tempfile.mkdtemp(prefix="ferry-")
         self.stats = Stats()
         self.checker = Checker(ModelConfig(), wal_bound_bytes=cfg.wal_bound_bytes)
@@ -105,7 +109,7 @@ class Runner:
         self.stats.examples += 1
         return Executor(self.pool, self.clock, os.path.join(self.tmp, "ferry.db"),
                         checker=self.checker, stats=self.stats, example=self.stats.examples,
-                        nemesis=self.nemesis)
+                        nemesis=self.nemesis, mode=self.cfg.mode)
 
     def run_steps(self, steps: list[dict[str, Any]]) -> tuple[list[Violation], Executor]:
         """Run a step list on a fresh database; stop at the first violating step."""
@@ -113,7 +117,7 @@ class Runner:
         for step in steps:
             if step.get("kind") == "audit":
                 continue
-            found = ex.run_step(dict(step))
+            found = ex.run_step(copy.deepcopy(step))
             if found:
                 return found, ex
         return ex.finish(), ex
@@ -130,6 +134,7 @@ class Campaign:
         self.capabilities: set[str] = set()
         self.workers = cfg.workers
         self.faults = cfg.faults
+        self.mode = cfg.mode
         self.first_example_s: float | None = None
         self._example_started = 0.0
         self.example_times: list[float] = []
@@ -178,8 +183,8 @@ class Campaign:
                 self.phase = "replaying"
                 self.progress(self.snapshot())
                 reproduced, replayed = replay_count(runner, failure, REPLAY_TRIES)
-                if replayed is not None:
-                    failure = replayed
+                if replayed is not None:  # the minimal steps, with a history that shows them
+                    failure = Failure(failure.steps, replayed.history, replayed.violations)
             seconds = time.perf_counter() - self.t0
             return self._outcome(failure, reproduced, seconds)
 
@@ -224,7 +229,7 @@ class Campaign:
     def _outcome(self, failure: Failure | None, reproduced: tuple[int, int] | None,
                  seconds: float) -> Outcome:
         stats = self.runner.stats
-        invariants = invariant_status(self.capabilities)
+        invariants = invariant_status(self.capabilities, self.runner.pool.skips)
         verdict = "fail" if failure else ("pass" if stats.examples else "unknown")
         if verdict == "pass" and self.runner.checker.unknown:
             verdict = "unknown"
@@ -233,10 +238,11 @@ class Campaign:
         report: dict[str, Any] = {
             "verdict": verdict,
             "target": self.cfg.target,
-            "mode": "stress",
+            "mode": self.cfg.mode,
             "seed": self.cfg.seed,
             "workers": self.cfg.workers,
             "faults": list(self.cfg.faults),
+            "capabilities": sorted(self.capabilities),
             "invariants": invariants,
             "violations": [],
             "stats": {
@@ -253,6 +259,11 @@ class Campaign:
             "unknown": list(self.runner.checker.unknown),
             "findings": [],
         }
+        if self.cfg.mode == "schedule" and "schedule-points" not in self.capabilities:
+            report["mode"] = "stress"
+            report["findings"].append(
+                "schedule mode needs the target to use Python's sqlite3 (no schedule points were "
+                "reached: apsw or a bundled SQLite?); fell back to stress mode")
         if failure:
             report["violations"] = [violation_entry(v, failure, reproduced) for v in failure.violations]
             report["discovery"] = {"steps": len(self._smallest().steps),
@@ -266,9 +277,22 @@ def violation_entry(v: Violation, failure: Failure, reproduced: tuple[int, int] 
     entry = v.to_dict()
     entry["steps"] = failure.steps
     entry["history"] = [o.to_dict() for o in failure.history if o.index in involved]
+    schedules = [compact(r) for step in failure.steps for r in step.get("schedules", []) if r]
+    if schedules:
+        entry["schedule"] = " | ".join(schedules)
+        entry["schedule_steps"] = sum(len(r) for st in failure.steps for r in st.get("schedules", []))
+        entry["schedule_trace"] = schedule_trace(failure.history, involved)
     if reproduced is not None:
         entry["reproduced"] = f"{reproduced[0]}/{reproduced[1]}"
     return entry
+
+
+def schedule_trace(history: History, involved: set[int]) -> list[dict[str, Any]]:
+    """The SQL statements of the involved scheduled rounds, in the order they ran."""
+    rounds = {o.round for o in history if o.index in involved and o.extra.get("sql")}
+    rows = sorted((o.round, seq, o.process, sql, switch, o.index) for o in history
+                  if o.round in rounds for seq, sql, switch in o.extra.get("sql", []))
+    return [{"worker": w, "sql": sql, "op": i, "switch": sw} for _r, _s, w, sql, sw, i in rows]
 
 
 def _fails_like(runner: Runner, steps: list[dict[str, Any]], invariant: str,
@@ -296,32 +320,55 @@ def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SH
             cand = steps[:i] + steps[i + chunk:]
             got = _fails_like(runner, cand, inv, tries) if cand else None
             if got:
-                steps, best, progressed = cand, got, True
+                steps, best, progressed = [dict(x) for x in cand], got, True
             else:
                 i += chunk
         if not progressed:
             chunk //= 2
     for i in range(len(steps)):
-        for simpler in _simplifications(steps[i]):
-            if time.perf_counter() >= deadline:
-                return best
-            cand = steps[:i] + [simpler] + steps[i + 1:]
-            got = _fails_like(runner, cand, inv, tries)
-            if got:
-                steps[i], best = simpler, got
-    return best
+        progressed = True
+        while progressed:
+            progressed = False
+            for simpler in _simplifications(steps[i]):
+                if time.perf_counter() >= deadline:
+                    return Failure(steps, best.history, best.violations)
+                cand = steps[:i] + [simpler] + steps[i + 1:]
+                got = _fails_like(runner, cand, inv, tries)
+                if got:
+                    steps[i], best, progressed = simpler, got, True
+                    break
+    # keep the shrunk steps (an explicit schedule prefix, then the default order), not the
+    # full decision lists the executor recorded while running them
+    return Failure(steps, best.history, best.violations)
 
 
 def _simplifications(step: dict[str, Any]) -> list[dict[str, Any]]:
-    """Smaller variants of one step: fewer racers, no dependencies, a plain holder."""
+    """Smaller variants of one step, most useful first: fewer racers, no dependencies,
+    then shorter schedules (a decision dropped, or the tail cut and left to the default
+    order "lowest worker runs on")."""
     out = []
     for key in ("agents", "owners"):
         if len(step.get(key, [])) > 2:
             out.append({**step, key: step[key][:2]})
+    if step.get("race", 1) > 2:
+        out.append({**step, "race": 2})
     if step.get("deps"):
         out.append({**step, "deps": []})
-    if step.get("race", 1) > 1:
-        out.append({**step, "race": 2} if step["race"] > 2 else {**step, "race": 1})
+    rounds = step.get("schedules")
+    if rounds:
+        base = {k: v for k, v in step.items() if k != "pct"}
+        for r, decisions in enumerate(rounds):
+            variants = [decisions[:cut] for cut in (0, len(decisions) // 2, len(decisions) - 1)]
+            variants += [decisions[:i] + decisions[i + 1:] for i in range(len(decisions))]
+            seen: set[tuple[int, ...]] = set()
+            for v in variants:
+                if len(v) < len(decisions) and tuple(v) not in seen:
+                    seen.add(tuple(v))
+                    out.append({**base, "schedules": rounds[:r] + [v] + rounds[r + 1:]})
+        if "pct" in step:
+            out.append(base)
+    if step.get("race", 1) == 2:
+        out.append({**step, "race": 1})
     return out
 
 

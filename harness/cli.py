@@ -73,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     fuzz.add_argument("--steps", type=_positive_int, default=30, metavar="N",
                       help="steps per example (default 30)")
+    fuzz.add_argument("--mode", choices=("stress", "schedule"), default="stress",
+                      help="stress: free-running barrier races (default); schedule: workers run "
+                      "one SQL statement at a time in an order Hypothesis draws (PCT), so a "
+                      "failure replays exactly")
     fuzz.add_argument("--faults", type=_faults, default=(), metavar="KINDS",
                       help="comma-separated faults to inject: kill,pause,clock (default none)")
     fuzz.add_argument("--report-dir", default="reports/latest", metavar="DIR",
@@ -139,7 +143,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     cfg = CampaignConfig(target=args.target, workers=args.workers, budget_s=budget,
                          max_examples=args.max_examples, seed=args.seed,
                          report_dir=args.report_dir, steps_per_example=args.steps,
-                         faults=args.faults)
+                         faults=args.faults, mode=args.mode)
     show, stop = _progress_printer(args.quiet)
     try:
         outcome = Campaign(cfg, progress=show).run()
@@ -152,7 +156,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
           f"rounds, {st['ops']} operations in {st['seconds']:.1f}s against {cfg.target}")
     for v in rep["violations"]:
         print(f"  [{v['invariant']}] {v['message']}")
-        print(f"    minimal example: {len(v['steps'])} steps, reproduced {v.get('reproduced', '?')}")
+        sched = f", schedule {v['schedule']}" if v.get("schedule") else ""
+        print(f"    minimal example: {len(v['steps'])} steps{sched}, reproduced {v.get('reproduced', '?')}")
     skipped = [k for k, s in rep["invariants"].items() if s != "checked"]
     if skipped:
         print(f"  skipped: {', '.join(skipped)} (see report)")
@@ -179,11 +184,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     target = args.target or report["target"]
     load_factory(target)
     cfg = CampaignConfig(target=target, workers=report.get("workers", 4),
-                         faults=tuple(report.get("faults", ())))
+                         faults=tuple(report.get("faults", ())),
+                         mode=report.get("mode", "stress"))
     failure = Failure(v["steps"], History(), [Violation(v["invariant"], v["message"])])
     with Runner(cfg) as runner:
         (hits, tries), _last = replay_count(runner, failure, args.tries)
-    print(f"ferry: replayed {len(v['steps'])} steps against {target}: [{v['invariant']}] "
+    sched = f" (schedule {v['schedule']})" if v.get("schedule") else ""
+    print(f"ferry: replayed {len(v['steps'])} steps{sched} against {target}: [{v['invariant']}] "
           f"reproduced {hits}/{tries}")
     return EXIT_VIOLATION if hits else EXIT_OK
 

@@ -20,10 +20,12 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
+from pathlib import Path
 from typing import Any
 
 import multiprocess as mp
 
+from . import schedule
 from .clock import SharedClock
 from .history import INFO, History, Op
 from .ops import capabilities, execute
@@ -46,11 +48,14 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker_main(conn: Any, target: str, clock: SharedClock, go: Any, parent: int) -> None:
+def _worker_main(conn: Any, target: str, clock: SharedClock, go: Any, parent: int,
+                 scheduled: bool = False) -> None:
     _die_with_parent()
     if os.getppid() != parent:  # the controller died before prctl took effect
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
+    if scheduled:
+        schedule.install(conn)  # before the target opens any connection
     factory = load_factory(target)
     store = None
     while True:
@@ -65,11 +70,14 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, go: Any, parent: in
                 store = None
             try:
                 store = factory(msg[1], clock=clock)
-                conn.send(("opened", sorted(capabilities(store))))
+                caps = set(capabilities(store))
+                if scheduled and schedule.connections():
+                    caps.add("schedule-points")
+                conn.send(("opened", sorted(caps), dict(getattr(store, "ferry_skips", None) or {})))
             except Exception as exc:
                 conn.send(("open_error", f"{type(exc).__name__}: {exc}"))
         elif kind == "call":
-            _, op_id, op, args, agent, barrier, go_timeout = msg
+            _, op_id, op, args, agent, barrier, go_timeout, controlled = msg
             if barrier:
                 conn.send(("ready", op_id))
                 if not go.wait(go_timeout):
@@ -78,10 +86,15 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, go: Any, parent: in
                     continue
             now = clock()
             t0 = time.monotonic_ns()
+            schedule.begin(op_id if controlled else None)
             try:
                 typ, value, error, message = execute(store, op, args, agent)
+            except schedule.ScheduleAbort as exc:
+                typ, value, error, message = INFO, None, None, str(exc)
             except Exception as exc:  # not a typed refusal: indeterminate, and a finding
                 typ, value, error, message = INFO, None, type(exc).__name__, str(exc)
+            finally:
+                schedule.begin(None)
             t1 = time.monotonic_ns()
             conn.send(("done", op_id, typ, value, error, message, t0, t1, now))
         elif kind == "close":
@@ -119,8 +132,25 @@ def _reader_main(conn: Any, parent: int) -> None:
                 db.close()
                 db = None
             conn.send(("dropped",))
+        elif msg[0] == "integrity":
+            conn.send(("integrity", _integrity_check(msg[1])))
         elif msg[0] == "stop":
             break
+
+
+def _integrity_check(path: str) -> str:
+    """``PRAGMA integrity_check`` on a read-only connection of its own: "ok" or the problems."""
+    try:
+        db = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True,
+                             isolation_level=None)
+    except sqlite3.Error as exc:
+        return f"cannot open: {exc}"
+    try:
+        return "; ".join(str(r[0]) for r in db.execute("PRAGMA integrity_check").fetchall())
+    except sqlite3.Error as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        db.close()
 
 
 def _close(store: Any) -> None:
@@ -152,7 +182,7 @@ class WorkerPool:
     """Persistent workers for one campaign. Use as a context manager: nothing outlives it."""
 
     def __init__(self, target: str, clock: SharedClock, size: int = 4, *,
-                 op_timeout_s: float = 15.0) -> None:
+                 op_timeout_s: float = 15.0, scheduled: bool = False) -> None:
         if size < 2:
             raise HarnessError("a race needs at least 2 workers (--workers >= 2)")
         load_factory(target)  # fail fast, in the controller, with a clear message
@@ -160,12 +190,14 @@ class WorkerPool:
         self.clock = clock
         self.size = size
         self.op_timeout_s = op_timeout_s
+        self.scheduled = scheduled
         self.go = _CTX.Event()
         self.slots: list[Worker] = []
         self.next_id = 0
         self.replaced = 0
         self.path: str | None = None
         self.capabilities: frozenset[str] = frozenset()
+        self.skips: dict[str, str] = {}  # invariants the target declares it cannot be checked on
         self._reader: Worker | None = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -183,7 +215,8 @@ class WorkerPool:
     def _spawn(self) -> Worker:
         parent_end, child_end = _CTX.Pipe()
         proc = _CTX.Process(target=_worker_main, daemon=True, name=f"ferry-worker-{self.next_id}",
-                            args=(child_end, self.target, self.clock, self.go, os.getpid()))
+                            args=(child_end, self.target, self.clock, self.go, os.getpid(),
+                                  self.scheduled))
         proc.start()
         child_end.close()
         worker = Worker(self.next_id, proc, parent_end)
@@ -234,6 +267,7 @@ class WorkerPool:
             raise HarnessError(
                 f"the target factory {self.target} raised in a worker: {reply[1]}")
         self.capabilities = frozenset(reply[1])
+        self.skips = dict(reply[2]) if len(reply) > 2 else {}
 
     def replace(self, slot: int) -> Worker:
         """Kill the worker in ``slot`` (if alive) and start a fresh one with a new id."""
@@ -264,8 +298,7 @@ class WorkerPool:
         self.slots[slot].paused = False
 
     # ---------------------------------------------------------------- long reader
-    def hold_reader(self) -> None:
-        """Open a read transaction on the database from a separate process."""
+    def _ensure_reader(self) -> Worker:
         if self._reader is None:
             parent_end, child_end = _CTX.Pipe()
             proc = _CTX.Process(target=_reader_main, args=(child_end, os.getpid()), daemon=True,
@@ -273,6 +306,11 @@ class WorkerPool:
             proc.start()
             child_end.close()
             self._reader = Worker(-1, proc, parent_end)
+        return self._reader
+
+    def hold_reader(self) -> None:
+        """Open a read transaction on the database from a separate process."""
+        self._ensure_reader()
         self._reader.conn.send(("hold", self.path))
         if self._recv(self._reader, self.op_timeout_s) is None:
             raise HarnessError("the long-reader process did not answer")
@@ -281,6 +319,16 @@ class WorkerPool:
         if self._reader is not None:
             self._reader.conn.send(("drop",))
             self._recv(self._reader, self.op_timeout_s)
+
+    def integrity(self) -> str:
+        """``PRAGMA integrity_check`` of the database, run in the reader process (which never
+        loads the target): "ok", or SQLite's list of problems."""
+        reader = self._ensure_reader()
+        reader.conn.send(("integrity", self.path))
+        reply = self._recv(reader, self.op_timeout_s)
+        if reply is None:
+            raise HarnessError("the reader process did not answer the integrity check")
+        return reply[1]
 
     # ---------------------------------------------------------------- running operations
     def _recv(self, w: Worker, timeout: float) -> tuple | None:
@@ -292,11 +340,16 @@ class WorkerPool:
         return None
 
     def run(self, calls: list[PlannedCall], history: History, *, barrier: bool | None = None,
-            round_id: int | None = None, example: int | None = None) -> list[Op]:
+            round_id: int | None = None, example: int | None = None,
+            chooser: schedule.Chooser | None = None) -> list[Op]:
         """Run calls (one per distinct slot) and append their ops to ``history``.
 
         With a barrier (the default for more than one call) all workers start together.
+        With a ``chooser`` (schedule mode) they then run one statement at a time in the
+        order it decides; each op's ``extra["sql"]`` lists its statements as
+        ``[seq, sql, switch]`` in the order they ran.
         """
+        controlled = chooser is not None and len(calls) > 1
         if len({c.slot for c in calls}) != len(calls):
             raise ValueError("one call per worker slot in a round")
         barrier = len(calls) > 1 if barrier is None else barrier
@@ -312,7 +365,7 @@ class WorkerPool:
             created.append(op)
             try:
                 w.conn.send(("call", op.index, call.op, call.args, call.agent, barrier,
-                             self.op_timeout_s))
+                             self.op_timeout_s, controlled))
             except (OSError, ValueError):
                 op.note = "worker was dead before the call"
                 continue
@@ -326,6 +379,9 @@ class WorkerPool:
                     del pending[slot]
                     self.replace(slot)
             self.go.set()
+        if controlled and pending:
+            self._scheduled_round(pending, chooser)
+            return created
         deadline = time.monotonic() + self.op_timeout_s
         by_conn = {self.slots[s].conn: s for s in pending}
         while by_conn:
@@ -364,7 +420,8 @@ class WorkerPool:
                 args=dict(call.args), invoke_ns=time.monotonic_ns(), now=self.clock(),
                 round=round_id, example=example)
         history.append(op)
-        w.conn.send(("call", op.index, call.op, call.args, call.agent, False, self.op_timeout_s))
+        w.conn.send(("call", op.index, call.op, call.args, call.agent, False, self.op_timeout_s,
+                     False))
         time.sleep(delay_s)
         w.proc.kill()
         w.proc.join(5)
@@ -378,6 +435,30 @@ class WorkerPool:
             op.complete_ns = time.monotonic_ns()
         self.replace(call.slot)
         return op
+
+    def _scheduled_round(self, pending: dict[int, tuple[PlannedCall, Op]],
+                         chooser: schedule.Chooser) -> None:
+        slots = sorted(pending)
+        ops = [pending[s][1] for s in slots]
+        res = schedule.run_round([self.slots[s].conn for s in slots], [o.index for o in ops],
+                                 chooser, stall_s=min(self.op_timeout_s, 10.0))
+        for seq, (pos, _idx, sql, switch) in enumerate(res.trace):
+            ops[pos].extra.setdefault("sql", []).append([seq, sql, switch])
+        for pos, op in enumerate(ops):
+            reply = res.replies.get(pos)
+            if reply and reply[0] == "done":
+                _, _, typ, value, error, message, t0, t1, now = reply
+                op.type, op.value, op.error, op.message = typ, value, error, message
+                op.invoke_ns, op.complete_ns, op.now = t0 or op.invoke_ns, t1, now
+                continue
+            op.complete_ns = time.monotonic_ns()
+            op.note = res.note or "worker died during a scheduled round"
+            if reply and reply[0] == "died":
+                self.replace(slots[pos])
+        if res.stalled:
+            schedule.abort([self.slots[slots[p]].conn for p in res.stalled])
+            for p in res.stalled:  # whatever they were doing, start them afresh
+                self.replace(slots[p])
 
     def wal_size(self) -> int:
         """Size of the ``-wal`` file in bytes (0 if absent): measured, never opened."""

@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import schedule
 from .checker import Checker, Violation
 from .client import PlannedCall, WorkerPool
 from .clock import SharedClock
@@ -44,7 +45,7 @@ class KnownClaim:
     agent: str
     token: str
     slot: int
-    expires: int
+    expires: int | None
 
 
 class Executor:
@@ -52,7 +53,7 @@ class Executor:
 
     def __init__(self, pool: WorkerPool, clock: SharedClock, path: str, *,
                  checker: Checker | None = None, stats: Stats | None = None,
-                 example: int = 0, nemesis: Any = None) -> None:
+                 example: int = 0, nemesis: Any = None, mode: str = "stress") -> None:
         self.pool = pool
         self.clock = clock
         self.path = path
@@ -60,7 +61,10 @@ class Executor:
         self.stats = stats or Stats()
         self.example = example
         self.nemesis = nemesis
+        self.mode = mode
         self.history = History()
+        self._step: dict[str, Any] = {}
+        self._round_in_step = 0
         self.steps: list[dict[str, Any]] = []
         self.tasks: list[str] = []
         self.claims: list[KnownClaim] = []
@@ -77,13 +81,32 @@ class Executor:
         self.capabilities = set(pool.capabilities)
         if os.path.exists(path + "-wal"):
             self.capabilities.add("wal-file")
+        # hold the target only to the SPEC features it has (harness.ops.FEATURES)
+        self.checker.cfg = self.checker.cfg.for_capabilities(self.capabilities)
 
     # ------------------------------------------------------------------ plumbing
+    def _chooser(self) -> schedule.Chooser | None:
+        """In schedule mode: the step's recorded decisions for this round, then PCT."""
+        if self.mode != "schedule" or "schedule-points" not in self.capabilities:
+            return None
+        recorded = self._step.get("schedules", [])
+        explicit = recorded[self._round_in_step] if self._round_in_step < len(recorded) else []
+        seed = self._step.get("pct")
+        return schedule.Chooser(explicit=list(explicit), seed=seed)
+
     def _run(self, calls: list[PlannedCall], **extra: Any) -> list[Op]:
         self.round += 1
+        chooser = self._chooser() if len(calls) > 1 else None
         if len(calls) > 1:
             self.stats.race_rounds += 1
-        ops = self.pool.run(calls, self.history, round_id=self.round, example=self.example)
+        ops = self.pool.run(calls, self.history, round_id=self.round, example=self.example,
+                            chooser=chooser)
+        if chooser is not None:
+            rounds = self._step.setdefault("schedules", [])
+            while len(rounds) <= self._round_in_step:
+                rounds.append([])
+            rounds[self._round_in_step] = list(chooser.taken)  # replays follow these exactly
+            self._round_in_step += 1
         for op in ops:
             op.extra.update(extra)
         self.stats.ops += len(ops)
@@ -131,6 +154,7 @@ class Executor:
     def run_step(self, step: dict[str, Any]) -> list[Violation]:
         """Carry out one step, then check the invariants on what it produced."""
         self.steps.append(step)
+        self._step, self._round_in_step = step, 0
         self.stats.steps += 1
         start = len(self.history)
         handler = getattr(self, f"_step_{step['kind'].replace('-', '_')}", None)
@@ -145,7 +169,8 @@ class Executor:
 
     def _step_dispatch(self, s: dict[str, Any]) -> None:
         deps = sorted({self._task(i) for i in s.get("deps", [])}) if self.tasks else []
-        args: dict[str, Any] = {"target_agent": s.get("target"), "queue_ttl_ms": s["qttl"],
+        target = s.get("target") if "targets" in self.capabilities else None
+        args: dict[str, Any] = {"target_agent": target, "queue_ttl_ms": s["qttl"],
                                 "exec_ttl_ms": s["ettl"], "max_attempts": s.get("attempts", 1),
                                 "payload": {"n": len(self.tasks)}}
         if deps and "dag" in self.capabilities:
@@ -206,7 +231,8 @@ class Executor:
         if not self.claims:
             return
         c = self._claim(s["claim"])
-        self._set_clock(c.expires + s.get("offset", 0))
+        if c.expires is not None:  # None: the target's lease is not on the harness clock
+            self._set_clock(c.expires + s.get("offset", 0))
 
     def _step_lock_race(self, s: dict[str, Any]) -> None:
         if "acquire_lock" not in self.capabilities:

@@ -18,6 +18,7 @@ from .executor import Executor
 AGENTS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 OWNERS = ("daemon-1", "daemon-2", "daemon-3", "daemon-4")
 HOLDER_OPS = ("fulfill", "fulfill", "fail", "release", "extend", "salvage")
+RACES = frozenset({"race_claim", "race_poll", "holder", "lock_race"})
 
 
 class ViolationFound(AssertionError):
@@ -33,6 +34,7 @@ class Context(Protocol):
 
     workers: int
     faults: tuple[str, ...]
+    mode: str
 
     def new_executor(self) -> Executor: ...
 
@@ -54,8 +56,19 @@ class FerryMachine(RuleBasedStateMachine):
         super().__init__()
         self.ex = self.ctx.new_executor()
         self.failed = False
+        self._pct_seeds: list[int] = []
+
+    @precondition(lambda self: self.ctx.mode == "schedule")
+    @rule(seeds=st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=4))
+    def interleavings(self, seeds):
+        """Schedule mode: seeds for the PCT drawer of the next race rounds."""
+        self._pct_seeds.extend(seeds)
 
     def _do(self, step: dict[str, Any]) -> None:
+        if self.ctx.mode == "schedule" and step["kind"] in RACES:
+            # PCT's random priorities and change points, drawn so Hypothesis controls them
+            step["pct"] = (self._pct_seeds.pop() if self._pct_seeds
+                           else 7919 * len(self.ex.steps) + self.ex.example)
         found = self.ex.run_step(step)
         if found:
             self.failed = True

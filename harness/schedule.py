@@ -1,0 +1,236 @@
+"""Schedule mode: control the interleaving of real processes at SQL statement boundaries.
+
+Worker side: before the target is created, :func:`install` replaces ``sqlite3.connect``
+so every connection the target opens is a :class:`ScheduledConnection`. Each statement it
+executes first passes a *schedule point*: during a scheduled race the worker reports
+``(op, sql)`` to the controller and waits for "go" before the statement is even prepared,
+so it holds no SQLite lock while it waits.
+
+Controller side: :func:`run_round` lets exactly one worker run at a time. A released
+worker runs until its next point, until it finishes, or until it has been silent for a
+short quiescence window — then it is taken to be blocked inside SQLite on a lock, and
+another worker goes. Which worker goes is a :class:`Chooser`'s decision: an explicit list
+first (a replay, or a shrunk schedule), then PCT (random priorities with ``depth`` change
+points) or, for a shrunk schedule, "lowest index runs on". The decisions actually taken are
+recorded, so a failing round replays exactly.
+
+Targets that do not use Python's ``sqlite3`` (apsw, a bundled SQLite) reach no schedule
+point; the executor then falls back to stress mode and says so.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Any
+
+_original_connect = sqlite3.connect
+_state: dict[str, Any] = {"pipe": None, "op": None, "connections": 0, "busy": False}
+
+
+class ScheduleAbort(Exception):
+    """The controller gave up on this round (stall or timeout)."""
+
+
+def _point(sql: Any) -> None:
+    pipe, op = _state["pipe"], _state["op"]
+    if pipe is None or op is None:
+        return
+    retry, _state["busy"] = _state["busy"], False
+    pipe.send(("point", op, str(sql).strip()[:500], retry))
+    reply = pipe.recv()
+    if reply[0] != "go":
+        raise ScheduleAbort("schedule aborted by the controller")
+
+
+def _run(method: Any, sql: Any, *args: Any) -> Any:
+    """A schedule point, then the statement; a busy error marks the next point a retry."""
+    _point(sql)
+    try:
+        return method(sql, *args)
+    except sqlite3.OperationalError as exc:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            _state["busy"] = True
+        raise
+
+
+class ScheduledCursor(sqlite3.Cursor):
+    def execute(self, sql: str, *args: Any) -> Any:  # noqa: D102
+        return _run(super().execute, sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> Any:  # noqa: D102
+        return _run(super().executemany, sql, *args)
+
+    def executescript(self, script: str) -> Any:  # noqa: D102
+        return _run(super().executescript, script)
+
+
+class ScheduledConnection(sqlite3.Connection):
+    def cursor(self, factory: Any = ScheduledCursor) -> Any:  # noqa: D102
+        return super().cursor(factory)
+
+    def execute(self, sql: str, *args: Any) -> Any:  # noqa: D102
+        return _run(super().execute, sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> Any:  # noqa: D102
+        return _run(super().executemany, sql, *args)
+
+    def executescript(self, script: str) -> Any:  # noqa: D102
+        return _run(super().executescript, script)
+
+
+def _connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+    base = kwargs.get("factory", sqlite3.Connection)
+    if base is sqlite3.Connection:
+        kwargs["factory"] = ScheduledConnection
+    elif not issubclass(base, ScheduledConnection):
+        kwargs["factory"] = type(f"Scheduled{base.__name__}", (ScheduledConnection, base), {})
+    _state["connections"] += 1
+    return _original_connect(*args, **kwargs)
+
+
+def install(pipe: Any) -> None:
+    """In a worker, before the factory runs: route every new connection through points."""
+    _state["pipe"] = pipe
+    sqlite3.connect = _connect
+
+
+def connections() -> int:
+    """How many connections the target opened through Python's sqlite3 in this worker."""
+    return int(_state["connections"])
+
+
+def begin(op_index: int | None) -> None:
+    """Points block only while a scheduled op runs (``None``: free-running)."""
+    _state["op"] = op_index
+
+
+# ---------------------------------------------------------------------------- choosers
+@dataclass
+class Chooser:
+    """Decides which waiting worker goes next; records every decision it takes.
+
+    ``explicit`` decisions come first (round-local worker positions); then PCT with
+    ``seed``/``depth`` if given, else the lowest waiting position runs on. A worker
+    retrying after SQLITE_BUSY goes only when nobody else can, and then retriers take
+    turns, so the lock holder always gets to commit (no livelock).
+    """
+
+    explicit: list[int] = field(default_factory=list)
+    seed: int | None = None
+    depth: int = 2
+    taken: list[int] = field(default_factory=list)
+    _prio: dict[int, float] = field(default_factory=dict)
+    _changes: set[int] = field(default_factory=set)
+
+    def start(self, k: int) -> None:
+        if self.seed is not None:
+            rng = random.Random(self.seed)
+            order = list(range(k))
+            rng.shuffle(order)
+            self._prio = {w: float(k - i) for i, w in enumerate(order)}
+            self._changes = {rng.randrange(1, 12) for _ in range(self.depth)}
+
+    def pick(self, waiting: list[int], retrying: set[int]) -> int:
+        step = len(self.taken)
+        fresh = [w for w in waiting if w not in retrying]
+        if step < len(self.explicit) and self.explicit[step] in waiting:
+            choice = self.explicit[step]
+        elif not fresh:  # only busy retriers: the least recently run goes
+            last = {w: i for i, w in enumerate(self.taken)}
+            choice = min(waiting, key=lambda w: last.get(w, -1))
+        elif self.seed is not None and step >= len(self.explicit):
+            choice = max(fresh, key=lambda w: self._prio.get(w, 0.0))
+            if step in self._changes:  # a PCT change point: demote the chosen worker
+                self._prio[choice] = min(self._prio.values(), default=0.0) - 1.0
+        else:
+            choice = min(fresh)
+        self.taken.append(choice)
+        return choice
+
+
+def compact(decisions: list[int]) -> str:
+    """``[0, 0, 1, 1]`` -> ``"0.0.1.1"``: the schedule string stored in reports."""
+    return ".".join(str(d) for d in decisions)
+
+
+# ---------------------------------------------------------------------------- controller
+@dataclass
+class RoundResult:
+    replies: dict[int, tuple]  # position -> the worker's "done" reply
+    trace: list[tuple[int, int, str, bool]]  # (position, op index, sql, switch)
+    stalled: list[int]  # positions that never finished
+    note: str | None = None
+
+
+def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
+              quiescence_s: float = 0.05, stall_s: float = 10.0) -> RoundResult:
+    """Drive one scheduled race. ``conns[i]`` already received its call and will report
+    points or completion; every wait is bounded, a stall ends the round (never a hang)."""
+    k = len(conns)
+    chooser.start(k)
+    pos_of = {c: i for i, c in enumerate(conns)}
+    waiting: dict[int, str] = {}
+    running: set[int] = set(range(k))
+    blocked: set[int] = set()
+    retrying: set[int] = set()
+    replies: dict[int, tuple] = {}
+    trace: list[tuple[int, int, str, bool]] = []
+    last_pos: int | None = None
+    deadline = time.monotonic() + stall_s
+    while len(replies) < k:
+        if time.monotonic() > deadline:
+            return RoundResult(replies, trace, [i for i in range(k) if i not in replies],
+                               note=f"schedule stalled for {stall_s:.0f}s; round ended as info")
+        live = [conns[i] for i in running - blocked]
+        ready = wait(live, timeout=quiescence_s) if live else []
+        for c in ready:
+            i = pos_of[c]
+            try:
+                msg = c.recv()
+            except (EOFError, OSError):
+                replies[i] = ("died",)
+                running.discard(i)
+                continue
+            if msg[0] == "point":
+                sql = msg[2]
+                if msg[3]:
+                    retrying.add(i)
+                else:
+                    retrying.discard(i)
+                waiting[i] = sql
+                running.discard(i)
+            elif msg[0] == "done":
+                replies[i] = msg
+                running.discard(i)
+            deadline = time.monotonic() + stall_s
+        if ready:
+            continue
+        # quiescent: whoever is still "running" is blocked inside SQLite
+        blocked |= running
+        if waiting:
+            choice = chooser.pick(sorted(waiting), retrying)
+            sql = waiting.pop(choice)
+            trace.append((choice, op_indices[choice], sql, last_pos is not None and last_pos != choice))
+            last_pos = choice
+            conns[choice].send(("go",))
+            running.add(choice)
+            blocked.discard(choice)
+            # a blocked worker may be free now that someone else moved; look again
+            blocked.clear()
+        elif not running:
+            break
+    return RoundResult(replies, trace, [i for i in range(k) if i not in replies])
+
+
+def abort(conns: list[Any]) -> None:
+    """Tell workers parked at a point to give up (their op ends as ``info``)."""
+    for c in conns:
+        try:
+            c.send(("abort",))
+        except (OSError, ValueError):
+            pass
