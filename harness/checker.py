@@ -30,18 +30,20 @@ INVARIANTS: dict[str, str] = {
     "typed-errors": "every refusal is a SPEC §7 error class (ferry's addition)",
 }
 
-# What each invariant needs from the target (operation names from harness.ops.PROTOCOL).
+# What each invariant needs from the target (operation names from harness.ops.PROTOCOL,
+# features from harness.ops.FEATURES, "dag", and "wal-file" when the -wal file exists).
+# "a|b": either will do (the executor races poll_next when a target cannot claim by id).
 NEEDS: dict[str, tuple[str, ...]] = {
-    "single-winner": ("dispatch", "claim"),
-    "token-unique": ("dispatch", "claim", "fulfill"),
-    "holder-guard": ("dispatch", "claim", "fulfill"),
-    "lease-half-open": ("dispatch", "claim", "fulfill"),
+    "single-winner": ("dispatch", "claim|poll_next"),
+    "token-unique": ("dispatch", "claim|poll_next", "fulfill"),
+    "holder-guard": ("dispatch", "claim|poll_next", "fulfill"),
+    "lease-half-open": ("dispatch", "claim|poll_next", "fulfill", "lease"),
     "lock-exclusive": ("acquire_lock", "release_lock", "lock_holder"),
-    "dag-order": ("dispatch", "claim", "fulfill", "dag"),
+    "dag-order": ("dispatch", "claim|poll_next", "fulfill", "dag"),
     "no-lost-task": ("dispatch", "get"),
     "wal-bounded": ("checkpoint", "wal-file"),
     "idle-no-write": ("poll_next", "wal-file"),
-    "linearizable": ("dispatch", "claim"),
+    "linearizable": ("dispatch", "claim|poll_next"),
     "typed-errors": (),
 }
 
@@ -62,13 +64,20 @@ class Violation:
         return f"[{self.invariant}] {self.message}"
 
 
-def invariant_status(capabilities: Iterable[str]) -> dict[str, str]:
-    """``checked`` or ``skipped (why)`` for every invariant, from the target's capabilities."""
+def invariant_status(capabilities: Iterable[str],
+                     skips: dict[str, str] | None = None) -> dict[str, str]:
+    """``checked`` or ``skipped (why)`` for every invariant, from the target's capabilities
+    and the skips it declares itself (``ferry_skips = {invariant: reason}`` on the store)."""
     caps = set(capabilities)
     out = {}
     for inv, needs in NEEDS.items():
-        missing = [n for n in needs if n not in caps]
-        out[inv] = "checked" if not missing else f"skipped (target lacks {', '.join(missing)})"
+        missing = [n for n in needs if not set(n.split("|")) & caps]
+        if skips and inv in skips:
+            out[inv] = f"skipped ({skips[inv]})"
+        elif missing:
+            out[inv] = f"skipped (target lacks {', '.join(missing)})"
+        else:
+            out[inv] = "checked"
     return out
 
 

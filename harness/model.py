@@ -36,6 +36,20 @@ class ModelConfig:
     max_extends: int = 5
     max_releases: int = 3
     strict_tokens: bool = True
+    # SPEC behaviours a target may lack (harness.ops.FEATURES); a full SPEC store has all.
+    leases: bool = True  # "lease": claims expire at claimed_at + exec_ttl_ms (harness clock)
+    queue_ttl: bool = True  # "queue-ttl": waiting tasks time out after queue_ttl_ms
+    holder_binding: bool = True  # "holder-binding": another agent is refused, even with the token
+    results: bool = True  # "results": get shows the accepted result
+    limits: bool = True  # "limits": max_releases / max_extends / the extend cap
+    typed_refusals: bool = True  # "typed-refusals": the refusal class names the failed guard
+
+    def for_capabilities(self, caps: Any) -> ModelConfig:
+        """This config, holding the target only to the SPEC features it declares."""
+        caps = set(caps)
+        return replace(self, leases="lease" in caps, queue_ttl="queue-ttl" in caps,
+                       holder_binding="holder-binding" in caps, results="results" in caps,
+                       limits="limits" in caps, typed_refusals="typed-refusals" in caps)
 
 
 @dataclass(frozen=True)
@@ -68,8 +82,8 @@ class TaskState:
     status: str
     target: str | None
     has_deps: bool
-    queue_ttl: int
-    exec_ttl: int
+    queue_ttl: int | None  # None: the target has no queue window
+    exec_ttl: int | None  # None: the target has no lease on the harness clock
     max_attempts: int
     created_at: int
     queued_at: int
@@ -87,20 +101,21 @@ class TaskState:
     seen: bool = False  # a read showed the store's row in a terminal state
 
     @property
-    def deadline(self) -> int:
-        return self.queued_at + self.queue_ttl
+    def deadline(self) -> int | None:
+        return None if self.queue_ttl is None else self.queued_at + self.queue_ttl
 
 
-def new_task(op: Op) -> TaskState:
+def new_task(op: Op, cfg: ModelConfig | None = None) -> TaskState:
     """The state a successful ``dispatch`` creates."""
     a = op.args
+    cfg = cfg or ModelConfig()
     return TaskState(
         task_id=op.value,
         status=SUBMITTED,
         target=a.get("target_agent"),
         has_deps=bool(a.get("depends_on")),
-        queue_ttl=a["queue_ttl_ms"],
-        exec_ttl=a["exec_ttl_ms"],
+        queue_ttl=a["queue_ttl_ms"] if cfg.queue_ttl else None,
+        exec_ttl=a["exec_ttl_ms"] if cfg.leases else None,
         max_attempts=a.get("max_attempts", 1),
         created_at=op.now,
         queued_at=op.now,
@@ -110,7 +125,7 @@ def new_task(op: Op) -> TaskState:
 def advance(st: TaskState, now: int) -> TaskState:
     """Apply every time-driven transition due at ``now`` (SPEC §3, half-open intervals)."""
     while True:
-        if st.status == CLAIMED and now >= st.expires:
+        if st.status == CLAIMED and st.expires is not None and now >= st.expires:
             when = st.expires
             lapsed = (st.holder, st.token)
             if st.attempt < st.max_attempts:
@@ -119,7 +134,7 @@ def advance(st: TaskState, now: int) -> TaskState:
             else:
                 st = replace(st, status=TIMED_OUT, holder=None, token=None, lapsed=lapsed)
             continue
-        if st.status == SUBMITTED and now >= st.deadline:
+        if st.status == SUBMITTED and st.deadline is not None and now >= st.deadline:
             st = replace(st, status=TIMED_OUT)
             continue
         return st
@@ -139,10 +154,11 @@ def _guard_failures(st: TaskState, agent: str, token: str | None, cfg: ModelConf
         if st.lapsed is not None:
             fails.append("LeaseExpired")  # the row may not be swept yet
         return fails
-    if agent != st.holder:
+    bound = cfg.holder_binding
+    if bound and agent != st.holder:
         fails += ["PermissionDenied", "InvalidToken"]
     if token is None:
-        if cfg.strict_tokens or agent != st.holder:
+        if cfg.strict_tokens or (bound and agent != st.holder):
             fails.append("TokenRequired")
     elif token != st.token:
         fails.append("InvalidToken")
@@ -174,7 +190,7 @@ def _claim_value_ok(st: TaskState, op: Op, claim: dict[str, Any]) -> str | None:
         return f"claim returned task {claim.get('task_id')!r}, asked for {st.task_id!r}"
     if claim.get("claimed_at") != op.now:
         return f"claimed_at {claim.get('claimed_at')} != clock {op.now}"
-    if claim.get("lease_expires_at") != op.now + st.exec_ttl:
+    if st.exec_ttl is not None and claim.get("lease_expires_at") != op.now + st.exec_ttl:
         return (f"lease_expires_at {claim.get('lease_expires_at')} != now + exec_ttl_ms = "
                 f"{op.now + st.exec_ttl}")
     if claim.get("attempt") not in (None, st.attempt + 1):
@@ -197,7 +213,7 @@ def _do_claim(st: TaskState, op: Op, claim: dict[str, Any] | None, cfg: ModelCon
     if st.status == CLAIMED:
         return _illegal(st, "single-winner", (
             f"{agent!r} claimed task {st.task_id} at t={op.now} while {st.holder!r} holds it "
-            f"until {st.expires}"))
+            + (f"until {st.expires}" if st.expires is not None else "(no lease: until it acks)")))
     if st.status != SUBMITTED:
         return _illegal(st, "no-lost-task", f"claimed a {st.status} task {st.task_id}")
     if st.target is not None and st.target != agent:
@@ -213,7 +229,8 @@ def _do_claim(st: TaskState, op: Op, claim: dict[str, Any] | None, cfg: ModelCon
     if token in st.tokens:
         return _illegal(st, "token-unique", f"token {token[:8]}… issued twice for {st.task_id}")
     return _legal(replace(
-        st, status=CLAIMED, holder=agent, token=token, expires=claim["lease_expires_at"],
+        st, status=CLAIMED, holder=agent, token=token,
+        expires=claim["lease_expires_at"] if st.exec_ttl is not None else None,
         attempt=st.attempt + 1, extend_count=0, tokens=st.tokens | {token}, lapsed=None))
 
 
@@ -247,7 +264,7 @@ def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
                 f"{st.expires} (half-open: the holder still wins at expires-1)"))
         return _illegal(st, "holder-guard", (
             f"{op.op} by the holder with the current token was refused with {err} at t={op.now}"))
-    if err in fails:
+    if err in fails or not cfg.typed_refusals:  # untyped: any refusal class will do
         return _legal(_late_salvage(st, op))
     if st.lapsed is not None:
         live = replace(st, status=CLAIMED, holder=st.lapsed[0], token=st.lapsed[1])
@@ -260,12 +277,15 @@ def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
 
 
 def _limit_reason(st: TaskState, op: Op, cfg: ModelConfig) -> str | None:
+    if not cfg.limits:
+        return None
     if op.op == "release" and st.release_count >= cfg.max_releases:
         return "max_releases"
     if op.op == "extend":
         if st.extend_count >= cfg.max_extends:
             return "max_extends"
-        if op.now + st.exec_ttl > st.created_at + 4 * st.queue_ttl:
+        if (st.exec_ttl is not None and st.queue_ttl is not None
+                and op.now + st.exec_ttl > st.created_at + 4 * st.queue_ttl):
             return "hard cap"
     return None
 
@@ -284,6 +304,8 @@ def _apply_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
                               expires=None, extend_count=0, release_count=st.release_count + 1,
                               lapsed=None))
     if op.op == "extend":
+        if st.exec_ttl is None:  # no lease on the harness clock: nothing to predict
+            return _legal(replace(st, extend_count=st.extend_count + 1))
         want = op.now + st.exec_ttl
         if op.value not in (None, want):
             return _illegal(st, "lease-half-open", f"extend returned {op.value}, expected {want}")
@@ -304,7 +326,7 @@ def _effective_status(view: dict[str, Any], st: TaskState, now: int) -> str:
     return advance(as_read, now).status
 
 
-def _do_get(st: TaskState, op: Op) -> Verdict:
+def _do_get(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
     view = op.value or {}
     status = _effective_status(view, st, op.now)
     if view.get("status") == SUBMITTED and st.status == FAILED and st.cascaded:
@@ -321,7 +343,7 @@ def _do_get(st: TaskState, op: Op) -> Verdict:
             f"the model says {st.status}"))
     if "claim_token" in view or "token" in view:
         return _illegal(st, "token-unique", "a read API exposed the claim token")
-    if st.status == COMPLETED and _j(view.get("result")) != st.result:
+    if cfg.results and st.status == COMPLETED and _j(view.get("result")) != st.result:
         return _illegal(st, "no-lost-task", (
             f"task {st.task_id} result is {_j(view.get('result'))}, accepted was {st.result}"))
     if st.status == CLAIMED and view.get("claimed_by") not in (None, st.holder):
@@ -357,7 +379,7 @@ def step_task(st: TaskState | None, op: Op, cfg: ModelConfig) -> Verdict:
     if op.op == "dispatch":
         if st is not None:
             return _illegal(st, "token-unique", f"task id {op.value} was issued twice")
-        return _legal(new_task(op))
+        return _legal(new_task(op, cfg))
     if st is None:
         if op.type == FAIL and op.error == "NotFound":
             return _legal(st)
@@ -389,7 +411,7 @@ def _step_existing(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
     if op.op == "get":
         if op.type == FAIL:
             return _illegal(st, "no-lost-task", f"get says task {st.task_id} is gone ({op.error})")
-        return _do_get(st, op)
+        return _do_get(st, op, cfg)
     if op.op == "salvaged":
         if op.type == FAIL:
             return _illegal(st, "no-lost-task", f"salvaged({st.task_id}) refused: {op.error}")
@@ -404,7 +426,8 @@ def _step_info(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
             return _illegal(st, "linearizable", "indeterminate claim of a task that is not ready")
         return _legal(replace(
             st, status=CLAIMED, holder=op.agent, token=UNKNOWN_TOKEN,
-            expires=op.now + st.exec_ttl, attempt=st.attempt + 1, extend_count=0, lapsed=None))
+            expires=None if st.exec_ttl is None else op.now + st.exec_ttl,
+            attempt=st.attempt + 1, extend_count=0, lapsed=None))
     if op.op in ("fulfill", "fail", "release", "extend", "salvage"):
         if _guard_failures(st, op.agent, op.args.get("token"), cfg) or _limit_reason(st, op, cfg):
             return _illegal(st, "linearizable", "indeterminate op that could not have succeeded")

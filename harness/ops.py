@@ -79,12 +79,27 @@ def execute(store: Any, op: str, args: dict[str, Any], agent: str) -> tuple[str,
     return OK, plain(value), None, None
 
 
+# SPEC behaviours that a job queue may lack even when it has the operation. The model holds
+# a target only to those it has: a store that declares ``ferry_capabilities`` lists the ones
+# it really implements; a store that declares nothing is taken to be a full SPEC store.
+FEATURES: dict[str, str] = {
+    "lease": "a claim expires at claimed_at + exec_ttl_ms on the harness clock (SPEC §3)",
+    "queue-ttl": "a waiting task times out queue_ttl_ms after it was queued (SPEC §3)",
+    "targets": "dispatch(target_agent) reserves a task for one agent",
+    "holder-binding": "another agent is refused even with the holder's token (README §4)",
+    "results": "fulfill's result is kept and shown by get",
+    "limits": "max_releases / max_extends / the extend cap of SPEC §4",
+    "typed-refusals": "a refusal's class names the guard that failed (SPEC §5 order)",
+}
+
+
 def capabilities(store: Any) -> frozenset[str]:
-    """Operations this store really has (third-party queues lack DAGs, locks, ...)."""
+    """Operations this store really has (third-party queues lack DAGs, locks, ...), plus the
+    :data:`FEATURES` it implements."""
     declared = getattr(store, "ferry_capabilities", None)
     if declared is not None:
         return frozenset(declared)
-    ops = {op for op in PROTOCOL if callable(getattr(store, op, None))}
+    ops = {op for op in PROTOCOL if callable(getattr(store, op, None))} | set(FEATURES)
     if "dispatch" in ops:
         try:
             if "depends_on" in inspect.signature(store.dispatch).parameters:
