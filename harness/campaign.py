@@ -51,6 +51,9 @@ class CampaignConfig:
     shrink_budget_s: float = 30.0
     batch: int = 5
     mode: str = "stress"
+    # A Hypothesis ExampleDatabase (any: directory, Redis, GitHub artifacts...). Failing
+    # step lists are saved there, and the next campaign replays them before generating.
+    database: Any = None
 
 
 @dataclass
@@ -136,6 +139,8 @@ class Campaign:
         self.faults = cfg.faults
         self.mode = cfg.mode
         self.first_example_s: float | None = None
+        self.replayed_saved = 0
+        self.from_database = False
         self._example_started = 0.0
         self.example_times: list[float] = []
 
@@ -174,7 +179,9 @@ class Campaign:
         self.phase = "fuzzing"
         with Runner(self.cfg) as runner:
             self.runner = runner
-            self._generate()
+            self._replay_saved()
+            if not self.failures:
+                self._generate()
             failure, reproduced = None, None
             if self.failures:
                 self.phase = "shrinking"
@@ -185,8 +192,42 @@ class Campaign:
                 reproduced, replayed = replay_count(runner, failure, REPLAY_TRIES)
                 if replayed is not None:  # the minimal steps, with a history that shows them
                     failure = Failure(failure.steps, replayed.history, replayed.violations)
+                self._save(failure)
             seconds = time.perf_counter() - self.t0
             return self._outcome(failure, reproduced, seconds)
+
+    # ---------------------------------------------------------------- example database
+    @property
+    def _db_key(self) -> bytes:
+        return f"ferry:{self.cfg.target}:{self.cfg.mode}".encode()
+
+    def _replay_saved(self) -> None:
+        """Replay failures saved by earlier runs first (as Hypothesis does); drop the ones
+        that no longer fail."""
+        db = self.cfg.database
+        if db is None:
+            return
+        self.replayed_saved = 0
+        for blob in sorted(db.fetch(self._db_key), key=len):
+            try:
+                steps = json.loads(blob.decode())["steps"]
+            except (ValueError, KeyError, UnicodeDecodeError):
+                db.delete(self._db_key, blob)
+                continue
+            self.replayed_saved += 1
+            for _ in range(SHRINK_TRIES):
+                found, ex = self.runner.run_steps(steps)
+                if found:
+                    self.failures.append(Failure(list(ex.steps), ex.history, found))
+                    self.from_database = True
+                    return
+            db.delete(self._db_key, blob)
+
+    def _save(self, failure: Failure) -> None:
+        if self.cfg.database is not None:
+            blob = json.dumps({"steps": failure.steps, "invariant": failure.invariant},
+                              sort_keys=True).encode()
+            self.cfg.database.save(self._db_key, blob)
 
     def _budget_left(self) -> bool:
         if self.cfg.budget_s is not None and time.perf_counter() - self.t0 >= self.cfg.budget_s:
@@ -258,6 +299,8 @@ class Campaign:
             },
             "unknown": list(self.runner.checker.unknown),
             "findings": [],
+            "example_database": {"replayed": self.replayed_saved,
+                                 "failure_from_database": self.from_database},
         }
         if self.cfg.mode == "schedule" and "schedule-points" not in self.capabilities:
             report["mode"] = "stress"

@@ -14,7 +14,10 @@ from typing import Any
 
 from .history import FAIL, INFO, OK, History, Op
 from .linearizability import check_partition, partition
-from .model import ModelConfig, step_lock, step_task
+from .model import ModelConfig, _j, step_lock, step_task
+
+STATES = frozenset({"SUBMITTED", "CLAIMED", "COMPLETED", "FAILED", "TIMED_OUT"})
+COMPLETED = "COMPLETED"
 
 INVARIANTS: dict[str, str] = {
     "single-winner": "a task is never held by two claims at once",
@@ -28,6 +31,7 @@ INVARIANTS: dict[str, str] = {
     "idle-no-write": "idle polls and reads append nothing to the WAL",
     "linearizable": "every concurrent history has a legal sequential order",
     "typed-errors": "every refusal is a SPEC §7 error class (ferry's addition)",
+    "integrity": "PRAGMA integrity_check is ok after faults (ferry's addition)",
 }
 
 # What each invariant needs from the target (operation names from harness.ops.PROTOCOL,
@@ -45,6 +49,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "idle-no-write": ("poll_next", "wal-file"),
     "linearizable": ("dispatch", "claim|poll_next"),
     "typed-errors": (),
+    "integrity": ("wal-file",),
 }
 
 
@@ -96,11 +101,15 @@ class Checker:
         ops = list(history)
         fresh = ops if new_ops is None else new_ops
         out: list[Violation] = []
+        out += self._faults(fresh)
         out += self._linearizable(ops, fresh)
         out += self._tokens(ops, fresh)
         out += self._dag(ops, fresh)
         out += self._wal(fresh)
         out += self._typed(fresh)
+        out += self._inspect(ops, fresh)
+        out += self._ready_refused(ops, fresh)
+        out += self._cascade(ops, fresh)
         return out
 
     # ----------------------------------------------------------------- per object
@@ -194,6 +203,175 @@ class Checker:
                     "wal-bounded",
                     f"the -wal file reached {x['wal_after']} bytes, over the bound of "
                     f"{self.wal_bound}", ops=[o.index]))
+        return out
+
+    @staticmethod
+    def _faults(fresh: list[Op]) -> list[Violation]:
+        """What the nemesis's probes found (annotations left by :mod:`harness.nemesis`).
+
+        ``probe``: rescuers racing for a task whose holder was killed or frozen while its
+        lease was still on (a ``get`` said so after the fault): none may win at
+        ``expires - 1``; at ``expires`` exactly one must (attempts left), if all rescuers
+        got a clean answer. ``zombie``: the frozen holder's fulfill, accepted after a
+        rescuer reclaimed the task. ``integrity``: ``PRAGMA integrity_check`` not "ok".
+        """
+        out: list[Violation] = []
+        probes: dict[tuple[int, str], list[Op]] = {}
+        for o in fresh:
+            x = o.extra
+            if "integrity" in x and x["integrity"] != "ok":
+                out.append(Violation(
+                    "integrity", f"PRAGMA integrity_check after faults: {str(x['integrity'])[:400]}",
+                    ops=[o.index]))
+            if "probe" in x:
+                probes.setdefault((x["probe"]["holder_op"], x["probe"]["at"]), []).append(o)
+            z = x.get("zombie")
+            if z and o.op == "fulfill" and o.type == OK and z.get("rescued_by") is not None:
+                out.append(Violation(
+                    "lease-half-open",
+                    f"the frozen holder's fulfill of task {z['task']} was accepted after its "
+                    f"lease ended at {z['expires']} and a rescuer reclaimed the task (op "
+                    f"#{z['rescued_by']}): a zombie's result must be refused",
+                    ops=[o.index, z["rescued_by"]]))
+        for (holder, at), group in probes.items():
+            p = group[0].extra["probe"]
+            won = [o for o in group if o.type == OK and o.value]
+            who = "killed" if p["cause"] == "killed" else "frozen (SIGSTOP)"
+            ids = [o.index for o in group]
+            if at == "expires-1" and won:
+                out.append(Violation(
+                    "lease-half-open",
+                    f"task {p['task']} was reclaimed at t={p['expires'] - 1}, one ms before the "
+                    f"lease of its {who} holder (op #{holder}) ends at {p['expires']}",
+                    ops=ids))
+            elif at != "expires-1" and len(won) > 1:
+                out.append(Violation(
+                    "single-winner",
+                    f"{len(won)} rescuers reclaimed task {p['task']} at t={won[0].now}; exactly "
+                    "one may", ops=ids))
+            elif (at != "expires-1" and not won and p["attempts_left"]
+                  and all(o.type == OK for o in group)):
+                out.append(Violation(
+                    "lease-half-open",
+                    f"the holder of task {p['task']} was {who} (op #{holder}) and left it "
+                    f"CLAIMED with a lease ending at {p['expires']}; at t={group[0].now} "
+                    f"({at}) none of {len(group)} rescuers could claim it: a dead holder's "
+                    "lease must end at lease_expires_at, not later",
+                    ops=[holder, *ids]))
+        return out
+
+    @staticmethod
+    def _inspect(ops: list[Op], fresh: list[Op]) -> list[Violation]:
+        """``inspect()`` lists every dispatched task exactly once, in a SPEC state, and
+        every accepted result unchanged (``no-lost-task``)."""
+        out: list[Violation] = []
+        for o in fresh:
+            if (o.op != "inspect" or o.type != OK or o.args.get("agent_id")
+                    or not isinstance(o.value, list)
+                    or not all(isinstance(v, dict) and "task_id" in v for v in o.value)):
+                continue
+            views = {}
+            for v in o.value:
+                tid = v.get("task_id")
+                if tid in views:
+                    out.append(Violation("no-lost-task", f"inspect() lists task {tid} twice",
+                                         ops=[o.index]))
+                views[tid] = v
+                if v.get("status") not in STATES:
+                    out.append(Violation("no-lost-task", f"inspect() shows task {tid} in "
+                                         f"state {v.get('status')!r}, not a SPEC state",
+                                         ops=[o.index]))
+            before = [p for p in ops if p.type == OK and p.complete_ns and p.complete_ns < o.invoke_ns]
+            for p in before:
+                if p.op == "dispatch" and p.value not in views:
+                    out.append(Violation("no-lost-task", f"task {p.value} (dispatched by op "
+                                         f"#{p.index}) is missing from inspect()",
+                                         ops=[p.index, o.index]))
+                elif p.op == "fulfill" and p.args.get("task_id") in views:
+                    v = views[p.args["task_id"]]
+                    if v.get("status") != COMPLETED or _j(v.get("result")) != _j(p.args.get("result")):
+                        out.append(Violation(
+                            "no-lost-task",
+                            f"task {p.args['task_id']}: fulfill (op #{p.index}) was accepted with "
+                            f"{_j(p.args.get('result'))}, but inspect() shows {v.get('status')} "
+                            f"with {_j(v.get('result'))}", ops=[p.index, o.index]))
+        return out
+
+    @staticmethod
+    def _ready_refused(ops: list[Op], fresh: list[Op]) -> list[Violation]:
+        """A poll or claim that came back empty although a task was *certainly* ready for
+        that agent (``no-lost-task``). Certain means: dispatched before the call, for this
+        agent or any, every dependency fulfilled before the call, queue window open, and
+        nothing that could have claimed or changed it started before the call ended."""
+        empty = [o for o in fresh if o.op in ("poll_next", "claim") and o.type == OK
+                 and o.value is None]
+        if not empty:
+            return []
+        dispatched = {o.value: o for o in ops if o.op == "dispatch" and o.type == OK}
+        fulfilled = {}
+        for o in ops:
+            if o.op == "fulfill" and o.type == OK:
+                fulfilled.setdefault(o.args.get("task_id"), o)
+        out = []
+        for e in empty:
+            end = e.complete_ns or 0
+            if any(o.type == INFO and o.op in ("poll_next", "claim") and o.invoke_ns < end
+                   for o in ops):
+                continue  # an indeterminate claim may have taken anything
+            touched = {o.task_id for o in ops if o.invoke_ns < end and o.op not in
+                       ("dispatch", "get", "salvaged") and not (o.op == "claim" and o.value is None
+                                                                  and o.type == OK)}
+            wanted = [e.args["task_id"]] if e.op == "claim" else list(dispatched)
+            for tid in wanted:
+                d = dispatched.get(tid)
+                if d is None or tid in touched or (d.complete_ns or 0) >= e.invoke_ns:
+                    continue
+                a = d.args
+                if a.get("target_agent") not in (None, e.agent):
+                    continue
+                if not e.now < d.now + a.get("queue_ttl_ms", 0):
+                    continue
+                deps = a.get("depends_on") or []
+                if not all(x in fulfilled and (fulfilled[x].complete_ns or 0) < e.invoke_ns
+                           for x in deps):
+                    continue
+                out.append(Violation(
+                    "no-lost-task",
+                    f"{e.op}({e.agent!r}) returned nothing at t={e.now}, but task {tid} was "
+                    f"ready for it (dispatched by op #{d.index}, never claimed"
+                    f"{', dependencies completed' if deps else ''})", ops=[e.index, d.index]))
+                break
+        return out
+
+    @staticmethod
+    def _cascade(ops: list[Op], fresh: list[Op]) -> list[Violation]:
+        """After a dependency ended FAILED or TIMED_OUT and a sweep ran, no dependent may
+        still read SUBMITTED (``dag-order``: SPEC §4's failure cascade)."""
+        reads = [o for o in fresh if o.op == "get" and o.type == OK and isinstance(o.value, dict)
+                 and o.value.get("status") == "SUBMITTED" and o.value.get("depends_on")]
+        if not reads:
+            return []
+        sweeps = [o for o in ops if o.op == "sweep" and o.type == OK]
+        ended: dict[str, int] = {}  # task -> when it was certainly FAILED/TIMED_OUT (ns)
+        for o in ops:
+            tid, t = o.args.get("task_id"), o.complete_ns or 0
+            if o.op == "fail" and o.type == OK:
+                ended[tid] = min(ended.get(tid, t), t)
+            elif (o.op == "get" and o.type == OK and isinstance(o.value, dict)
+                  and o.value.get("status") in ("FAILED", "TIMED_OUT")):
+                ended[tid] = min(ended.get(tid, t), t)
+        out = []
+        for r in reads:
+            for dep in r.value["depends_on"]:
+                t = ended.get(dep)
+                if t is not None and any(t < s.invoke_ns and (s.complete_ns or 0) < r.invoke_ns
+                                         for s in sweeps):
+                    out.append(Violation(
+                        "dag-order",
+                        f"task {r.value['task_id']} is still SUBMITTED at t={r.now} although its "
+                        f"dependency {dep} ended FAILED/TIMED_OUT and a sweep ran since: the "
+                        "failure must cascade", ops=[r.index]))
+                    break
         return out
 
     @staticmethod

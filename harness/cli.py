@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--report-dir", default="reports/latest", metavar="DIR",
                       help="where report.json, report.md, history.jsonl and timeline.html go "
                       "(default reports/latest)")
+    fuzz.add_argument("--example-db", default=None, metavar="DIR",
+                      help="Hypothesis example database (a directory) where failing examples "
+                      "are saved and replayed first next time (default: DIR/examples under "
+                      "the report directory; 'none' to disable)")
     fuzz.add_argument("--quiet", action="store_true", help="no progress display")
 
     replay = sub.add_parser("replay", help="re-run the minimal failing example of a report",
@@ -134,6 +138,14 @@ def _check_report_dir(path: str) -> None:
         raise TargetError(f"cannot write the report directory {path!r}: {exc.strerror or exc}") from None
 
 
+def _example_db(option: str | None, report_dir: str) -> Any:
+    if option is not None and option.lower() == "none":
+        return None
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    return DirectoryBasedExampleDatabase(option or os.path.join(report_dir, "examples"))
+
+
 def cmd_fuzz(args: argparse.Namespace) -> int:
     from .campaign import Campaign, CampaignConfig, write_report
 
@@ -143,7 +155,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     cfg = CampaignConfig(target=args.target, workers=args.workers, budget_s=budget,
                          max_examples=args.max_examples, seed=args.seed,
                          report_dir=args.report_dir, steps_per_example=args.steps,
-                         faults=args.faults, mode=args.mode)
+                         faults=args.faults, mode=args.mode,
+                         database=_example_db(args.example_db, args.report_dir))
     show, stop = _progress_printer(args.quiet)
     try:
         outcome = Campaign(cfg, progress=show).run()
@@ -152,6 +165,9 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     d = write_report(outcome)
     rep = outcome.report
     st = rep["stats"]
+    if rep.get("example_database", {}).get("failure_from_database"):
+        print("ferry: a failure saved by an earlier run still fails (replayed from the example "
+              "database first)")
     print(f"ferry: {rep['verdict'].upper()} — {st['examples']} examples, {st['race_rounds']} race "
           f"rounds, {st['ops']} operations in {st['seconds']:.1f}s against {cfg.target}")
     for v in rep["violations"]:
@@ -182,6 +198,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EXIT_OK
     v = report["violations"][0]
     target = args.target or report["target"]
+    if report.get("scenario"):
+        return _replay_scenario(report, target, args.tries)
     load_factory(target)
     cfg = CampaignConfig(target=target, workers=report.get("workers", 4),
                          faults=tuple(report.get("faults", ())),
@@ -213,6 +231,26 @@ def _load_plugins(sub: Any) -> dict[str, Any]:
             raise
         handlers.update(module.register(sub))
     return handlers
+
+
+def _replay_scenario(report: dict[str, Any], target: str, tries: int) -> int:
+    """A scenario report replays by running the scenario again, ``tries`` times."""
+    from scenarios import SCENARIOS
+
+    from .scenario_cli import run_scenarios
+
+    name = report["scenario"]["name"]
+    if name not in SCENARIOS:
+        raise TargetError(f"the report names scenario {name!r}, which this ferry does not have")
+    load_factory(target)
+    hits = 0
+    for _ in range(tries):
+        results, _secs = run_scenarios([SCENARIOS[name]], target, report.get("workers", 4))
+        hits += any(not r.passed and r.invariant == report["violations"][0]["invariant"]
+                    for r in results)
+    print(f"ferry: replayed scenario {name} against {target}: "
+          f"[{report['violations'][0]['invariant']}] reproduced {hits}/{tries}")
+    return EXIT_VIOLATION if hits else EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

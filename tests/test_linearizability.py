@@ -133,3 +133,33 @@ def test_checker_global_rules():
     assert [v.invariant for v in Checker().check(History([ckpt]))] == ["wal-bounded"]
     ckpt.extra["reader"] = True  # an outside reader excuses it
     assert Checker().check(History([ckpt])) == []
+
+
+def test_empty_poll_while_a_task_is_certainly_ready_is_a_lost_task():
+    d = dispatch(0)
+    d.args["queue_ttl_ms"] = 10_000
+    empty = op(1, 1, "bob", "poll_next", {}, 10, 20, value=None)
+    assert [v.invariant for v in Checker().check(History([d, empty]))] == ["no-lost-task"]
+    # a concurrent claim by someone else explains it
+    other = claim_ok(2, 2, "carol", TOK_A, 5, 30)
+    assert Checker().check(History([d, empty, other])) == []
+    # so does an indeterminate poll (it may have taken the task)
+    crashed = op(2, 2, "carol", "poll_next", {}, 5, None, typ=INFO)
+    assert Checker().check(History([d, empty, crashed])) == []
+    # and a task for another agent is not ready for bob
+    d.args["target_agent"] = "alice"
+    assert Checker().check(History([d, empty])) == []
+
+
+def test_dependency_failed_and_swept_but_dependent_still_submitted():
+    h = [dispatch(0),
+         op(1, 0, "client", "dispatch", {"target_agent": None, "queue_ttl_ms": 10_000,
+                                          "exec_ttl_ms": 100, "depends_on": [T]}, 2, 3, value="task-2"),
+         claim_ok(2, 1, "alice", TOK_A, 10, 20),
+         op(3, 1, "alice", "fail", {"task_id": T, "token": TOK_A, "reason": "boom"}, 30, 40),
+         op(4, 0, "janitor", "sweep", {}, 50, 60, value=0),
+         op(5, 1, "auditor", "get", {"task_id": "task-2"}, 70, 80, value={
+             "task_id": "task-2", "status": "SUBMITTED", "depends_on": [T], "attempt": 0})]
+    assert "dag-order" in {v.invariant for v in Checker().check(History(h))}
+    h[5].value["status"] = "FAILED"
+    assert "dag-order" not in {v.invariant for v in Checker().check(History(h))}
