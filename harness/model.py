@@ -27,6 +27,7 @@ from ferry_core.types import CLAIMED, COMPLETED, FAILED, SUBMITTED, TERMINAL, TI
 from .history import FAIL, INFO, OK, Op
 
 UNKNOWN_TOKEN = "<unknown: claimed by an indeterminate op>"
+UNKNOWN_TTL = -1  # exec_ttl_ms not given at dispatch: taken from the first claim
 
 
 @dataclass(frozen=True)
@@ -114,8 +115,10 @@ def new_task(op: Op, cfg: ModelConfig | None = None) -> TaskState:
         status=SUBMITTED,
         target=a.get("target_agent"),
         has_deps=bool(a.get("depends_on")),
-        queue_ttl=a["queue_ttl_ms"] if cfg.queue_ttl else None,
-        exec_ttl=a["exec_ttl_ms"] if cfg.leases else None,
+        # a TTL the dispatch left to the store's default: no queue window the model can
+        # predict; the lease length is learnt from the first claim (UNKNOWN_TTL)
+        queue_ttl=a.get("queue_ttl_ms") if cfg.queue_ttl else None,
+        exec_ttl=a.get("exec_ttl_ms", UNKNOWN_TTL) if cfg.leases else None,
         max_attempts=a.get("max_attempts", 1),
         created_at=op.now,
         queued_at=op.now,
@@ -219,6 +222,8 @@ def _do_claim(st: TaskState, op: Op, claim: dict[str, Any] | None, cfg: ModelCon
     if st.target is not None and st.target != agent:
         return _illegal(st, "holder-guard", (
             f"{agent!r} claimed task {st.task_id}, which is for {st.target!r}"))
+    if st.exec_ttl == UNKNOWN_TTL and isinstance(claim.get("lease_expires_at"), int):
+        st = replace(st, exec_ttl=claim["lease_expires_at"] - op.now)
     bad = _claim_value_ok(st, op, claim)
     if bad:
         inv = "lease-half-open" if "lease_expires_at" in bad else "linearizable"
@@ -426,7 +431,7 @@ def _step_info(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
             return _illegal(st, "linearizable", "indeterminate claim of a task that is not ready")
         return _legal(replace(
             st, status=CLAIMED, holder=op.agent, token=UNKNOWN_TOKEN,
-            expires=None if st.exec_ttl is None else op.now + st.exec_ttl,
+            expires=None if st.exec_ttl in (None, UNKNOWN_TTL) else op.now + st.exec_ttl,
             attempt=st.attempt + 1, extend_count=0, lapsed=None))
     if op.op in ("fulfill", "fail", "release", "extend", "salvage"):
         if _guard_failures(st, op.agent, op.args.get("token"), cfg) or _limit_reason(st, op, cfg):

@@ -130,6 +130,15 @@ def pytest_addoption(parser):
                      help="multiply fuzz budgets by 10 and use the ferry-thorough Hypothesis profile")
 
 
+def pytest_configure(config):
+    if config.getoption("--ferry-thorough"):
+        from hypothesis import settings
+
+        import harness.profiles  # noqa: F401  (registers the ferry-* profiles)
+
+        settings.load_profile("ferry-thorough")
+
+
 @pytest.fixture
 def ferry_budget(request) -> float:
     """Multiplier for time budgets: 1 by default, 10 with --ferry-thorough."""
