@@ -33,7 +33,7 @@ def test_two_statement_bug_minimal_schedule_replays_every_time(factory, invarian
     assert all(len(s.get("agents", [])) <= 2 and s.get("race", 1) <= 2 for s in racing)
     assert 1 <= v["schedule_steps"] <= 4, v["schedule"]
     assert v["reproduced"] == "10/10"
-    assert v["schedule_trace"] and {t["worker"] for t in v["schedule_trace"]} >= {0, 1} - {None}
+    assert len({t["worker"] for t in v["schedule_trace"]}) == 2  # the two racers, in order
     md = (tmp_path / "r" / "report.md").read_text()
     assert "SQL statements in the order they ran" in md
     capsys.readouterr()
