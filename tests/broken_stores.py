@@ -460,4 +460,113 @@ BROKEN: dict[str, tuple[str, str]] = {
         "token-unique", "fulfill checks in Python then UPDATEs by task_id only: double finish"),
 }
 
-__all__ = ["BROKEN", "TOCTOU_WINDOW_S", *BROKEN]
+
+
+# ====================================================================== fault-only bugs
+# The stores below behave correctly as long as no process dies or freezes mid-operation,
+# so the default campaign (no faults) cannot see their bug; ``--faults`` (kill / pause) and
+# ``ferry-harness crash`` can. ``FAULT_BROKEN`` maps each to (faults that catch it,
+# invariant id, description).
+
+# ---------------------------------------------------------------------- 11. pinned_lease
+class PinnedLeaseStore(LeaseStore):
+    """BUG: fulfill "pins" the lease in one transaction, then completes in a second one.
+
+    A two-step finish that looks careful: the first transaction moves ``lease_expires_at``
+    to a far-future sentinel "so the sweep cannot steal the task while the result
+    uploads", the second writes ``COMPLETED`` and the result. Without faults the second
+    always follows the first. A holder killed between them (article ``001`` section 3:
+    the worker that dies holding a lease) leaves the task ``CLAIMED`` under a lease that
+    never ends: no expiry ever requeues it, and the holder guard keeps refusing everyone
+    else (``PermissionDenied`` / ``InvalidToken``). ``TOCTOU_WINDOW_S`` stands in for the
+    upload between the two transactions. Invariant: ``lease-half-open`` (the dead
+    holder's lease must end at ``lease_expires_at``); ``ferry-harness crash`` counts the
+    task as lost.
+    """
+
+    PINNED = 2 ** 62
+
+    def fulfill(self, task_id: str, agent_id: str, token: str | None, result: Any = None) -> None:
+        result_json = _to_json("result", result)
+
+        def pin(conn: sqlite3.Connection, row_token: str, now: int) -> tuple | None:
+            n = conn.execute(
+                "UPDATE tasks SET lease_expires_at=:pinned" + self._HOLDER_WHERE,
+                {"task_id": task_id, "row_token": row_token, "now": now, "pinned": self.PINNED},
+            ).rowcount
+            return (row_token, now) if n == 1 else None
+
+        row_token, now = self._holder_write("fulfill", task_id, agent_id, token, pin,
+                                            late_result=result, has_late=True)
+        time.sleep(TOCTOU_WINDOW_S)  # the result "uploads" (see TOCTOU_WINDOW_S)
+        with self._tx() as conn:  # BUG: a second transaction; a death before it strands the task
+            n = conn.execute(
+                "UPDATE tasks SET status='COMPLETED', result=?, completed_at=?, claim_token=NULL"
+                " WHERE task_id=? AND status='CLAIMED' AND claim_token=?",
+                (result_json, now, task_id, row_token)).rowcount
+            if n == 1:
+                self._retire(conn, row_token, now, "complete")
+                conn.execute(
+                    "UPDATE tasks SET pending_deps = pending_deps - 1 WHERE task_id IN"
+                    " (SELECT task_id FROM task_deps WHERE depends_on=?)", (task_id,))
+        if n != 1:  # a racer with the same token finished first: the reference refusal
+            super().fulfill(task_id, agent_id, token, result)
+
+
+def pinned_lease(path: str, *, clock) -> PinnedLeaseStore:
+    return PinnedLeaseStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 12. unfenced_write
+class UnfencedWriteStore(LeaseStore):
+    """BUG: fulfill's final UPDATE repeats status and lease but not the claim token.
+
+    Articles ``000`` section 3 and ``001`` ("the final write must repeat the guard"; the
+    zombie worker that wakes after its lease was handed on): the guard compares the token
+    in Python, then ``UPDATE … WHERE task_id=? AND status='CLAIMED' AND lease_expires_at >
+    :now`` (``now`` read when the call began). Without faults nothing can reclaim a task
+    between one fulfill's guard and its write (time only moves between steps, and racers
+    with the same token are stopped by ``status='CLAIMED'``). A holder frozen in that gap
+    (GC pause, SIGSTOP) past its lease wakes after a rescuer reclaimed the task, and its
+    write completes the rescuer's claim with the zombie's result. ``TOCTOU_WINDOW_S``
+    stands in for serialising the result between the guard and the write.
+    Invariant: ``lease-half-open`` (a zombie's result must be refused).
+    """
+
+    def fulfill(self, task_id: str, agent_id: str, token: str | None, result: Any = None) -> None:
+        result_json = _to_json("result", result)
+        now = self._now()
+        try:
+            row = self._guard(task_id, agent_id, token, now)
+        except errors.FerryError:  # the reference refusal (and late-result salvage)
+            return super().fulfill(task_id, agent_id, token, result)
+        time.sleep(TOCTOU_WINDOW_S)  # serialising the result (see TOCTOU_WINDOW_S)
+        with self._tx() as conn:
+            n = conn.execute(
+                "UPDATE tasks SET status='COMPLETED', result=?, completed_at=?, claim_token=NULL"
+                " WHERE task_id=? AND status='CLAIMED' AND lease_expires_at > ?",  # BUG: no token
+                (result_json, now, task_id, now)).rowcount
+            if n == 1:
+                self._retire(conn, row[4], now, "complete")
+                conn.execute(
+                    "UPDATE tasks SET pending_deps = pending_deps - 1 WHERE task_id IN"
+                    " (SELECT task_id FROM task_deps WHERE depends_on=?)", (task_id,))
+        if n != 1:
+            return super().fulfill(task_id, agent_id, token, result)
+        return None
+
+
+def unfenced_write(path: str, *, clock) -> UnfencedWriteStore:
+    return UnfencedWriteStore(path, clock=clock)
+
+
+FAULT_BROKEN: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "pinned_lease": (
+        ("kill",), "lease-half-open",
+        "fulfill pins the lease, then completes in a 2nd transaction: a death between strands it"),
+    "unfenced_write": (
+        ("pause",), "lease-half-open",
+        "fulfill's final UPDATE lacks the token: a zombie woken after a reclaim completes it"),
+}
+
+__all__ = ["BROKEN", "FAULT_BROKEN", "TOCTOU_WINDOW_S", *BROKEN, *FAULT_BROKEN]
