@@ -305,6 +305,8 @@ class Nemesis:
         caps = ex.capabilities
         if "fulfill" not in caps or not ({"claim", "poll_next"} & caps):
             return
+        if "lease" not in caps:  # kill/pause probe expires-1/expires: no lease on our clock
+            return
         victim = self._victim(ex, step)
         if victim is None:
             return
