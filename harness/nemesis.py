@@ -183,12 +183,15 @@ class TimedKill:
         return self
 
     def _fire(self) -> None:
-        self._armed.wait()
-        if not wait_until(self._deadline_ns, self._cancel):
-            return
         pid = self.worker.proc.pid
         if self.aim == "write-tx":
+            # hunt from the start: woken only by arm(), the thread would start ~0.5 ms late
+            # (the main thread holds the GIL while it sends the round), after short calls
             self._hunt(pid)
+        else:
+            self._armed.wait()
+            if not wait_until(self._deadline_ns, self._cancel):
+                return
         with self._lock:
             if self._cancel.is_set() or self.pool.slots[self.slot] is not self.worker:
                 return
@@ -208,8 +211,12 @@ class TimedKill:
         had just committed, SIGCONT and poll on. A timer alone rarely lands inside a ~50 µs
         transaction. Gives up when the op finished (cancelled) or after ``hunt_s``: then
         the kill is a random one."""
-        give_up = time.monotonic() + self.hunt_s
-        while not self._cancel.is_set() and time.monotonic() < give_up:
+        give_up = None
+        while not self._cancel.is_set():
+            if give_up is None and self._armed.is_set():
+                give_up = time.monotonic() + self.hunt_s
+            elif give_up is not None and time.monotonic() > give_up:
+                return
             if not holds_wal_write_lock(pid, self.path):
                 time.sleep(0)  # let the main thread run (it may not have sent the call yet)
                 continue
