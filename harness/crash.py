@@ -123,6 +123,7 @@ class Crash:
         self.tasks: list[str] = []  # every task dispatched, in order
         self.unfinished: set[str] = set()  # not yet known COMPLETED
         self.dead: set[str] = set()  # agent names of killed workers
+        self.lost: set[str] = set()  # orphans no rescuer could ever claim
         self.round = 0
 
     # ------------------------------------------------------------------ plumbing
@@ -309,85 +310,100 @@ class Crash:
 
     # ------------------------------------------------------------------ after a kill
     def recover(self, at: int, victim_fulfill: Op | None) -> None:
-        """Read back every unfinished task; rescue orphans at their exact expiry."""
-        views = self.read(sorted(self.unfinished, key=self.tasks.index))
+        """Read back every unfinished task; rescue this round's orphans at their expiry."""
+        views = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index))
         if victim_fulfill is not None:
             v = views.get(victim_fulfill.args["task_id"], {})
             if v.get("status") == "COMPLETED":
                 self.t.fulfill_kills_committed += 1
             elif v.get("status") == "CLAIMED":
                 self.t.fulfill_kills_rolled_back += 1
+        orphans = []
         for tid, v in views.items():
             status = v.get("status")
             if status == "COMPLETED":
                 self.unfinished.discard(tid)
             elif status == "CLAIMED":
                 if v.get("claimed_by") in self.dead:
-                    self.rescue(tid, v, at + self.cfg.exec_ttl_ms)
+                    orphans.append((tid, v))
                 else:
                     self.violation("no-lost-task", f"task {tid} is CLAIMED by live worker "
                                    f"{v.get('claimed_by')!r}, which holds no claim on it")
             elif status != "SUBMITTED":
                 self.violation("no-lost-task", f"task {tid} ended {status} "
                                f"({v.get('error_reason')}) after a worker was killed")
+        if orphans:
+            self.rescue(orphans, at + self.cfg.exec_ttl_ms)
 
-    def rescue(self, tid: str, view: dict[str, Any], expires: int) -> None:
-        """The dead holder's lease ends at ``expires``: nobody may claim it a millisecond
-        earlier, somebody must at that very millisecond."""
+    def rescue(self, orphans: list[tuple[str, dict[str, Any]]], expires: int) -> None:
+        """The dead holders' leases (all granted at this round's instant) end at
+        ``expires``: nobody may claim an orphan a millisecond earlier, somebody must at
+        that very millisecond. Two live rescuers race for each orphan at ``expires - 1``,
+        then at ``expires``; an orphan nobody got is tried again later (counted late), and
+        if even ``expires + 100 * exec_ttl_ms`` does not free it, it is lost."""
         t, pool = self.t, self.pool
-        t.orphans += 1
-        if view.get("lease_expires_at") != expires:
-            self.violation("lease-half-open", f"task {tid} was claimed at {expires - self.cfg.exec_ttl_ms} "
-                           f"with exec_ttl_ms={self.cfg.exec_ttl_ms}, but its lease_expires_at is "
-                           f"{view.get('lease_expires_at')}, not {expires}")
-        live = [s for s in range(pool.size)]
-        self.rng.shuffle(live)
-        rescuers = live[:2]
+        ttl = self.cfg.exec_ttl_ms
+        for tid, v in orphans:
+            t.orphans += 1
+            if v.get("lease_expires_at") != expires:
+                self.violation("lease-half-open", f"task {tid} was claimed at {expires - ttl} "
+                               f"with exec_ttl_ms={ttl}, but its lease_expires_at is "
+                               f"{v.get('lease_expires_at')}, not {expires}")
+        use_claim = "claim" in pool.capabilities
 
-        def race(when: int) -> list[Op]:
-            self.clock.set(max(when, self.clock()))
-            return self.run_round([PlannedCall(s, "claim" if "claim" in pool.capabilities
-                                               else "poll_next",
-                                               {"task_id": tid} if "claim" in pool.capabilities else {},
+        def race(tid: str) -> list[Op]:
+            rescuers = self.rng.sample(range(pool.size), 2)
+            return self.run_round([PlannedCall(s, "claim" if use_claim else "poll_next",
+                                               {"task_id": tid} if use_claim else {},
                                                self.agent(s)) for s in rescuers])
 
         if self.clock() <= expires - 1:
-            ops = race(expires - 1)
-            won = [o for o in ops if o.type == OK and o.value]
-            if won:
-                t.claimed_before_expiry += 1
-                self.violation("lease-half-open", f"task {tid} was reclaimed at t={expires - 1}, "
-                               f"before the dead holder's lease ends at {expires}",
-                               [o.index for o in won])
-        winner = None
-        for when in (expires, expires + 1, expires + self.cfg.exec_ttl_ms,
-                     expires + 100 * self.cfg.exec_ttl_ms):
-            ops = race(when)
-            won = [o for o in ops if o.type == OK and o.value and o.value["task_id"] == tid]
-            if len(won) > 1:
-                self.violation("single-winner", f"{len(won)} rescuers reclaimed task {tid} at "
-                               f"t={self.clock()}", [o.index for o in won])
-            if won:
-                winner = won[0]
+            self.clock.set(expires - 1)
+            for tid, _v in orphans:
+                won = [o for o in race(tid) if o.type == OK and o.value]
+                if won:
+                    t.claimed_before_expiry += 1
+                    self.violation("lease-half-open", f"task {tid} was reclaimed at "
+                                   f"t={expires - 1}, before its dead holder's lease ends at "
+                                   f"{expires}", [o.index for o in won])
+                    for o in won:  # it is held now: finish it
+                        self.finish(tid, o)
+        waiting = [tid for tid, _v in orphans]
+        for when in (expires, expires + 1, expires + ttl, expires + 100 * ttl):
+            if not waiting:
                 break
-        if winner is None:
+            self.clock.set(max(when, self.clock()))
+            for tid in list(waiting):
+                won = [o for o in race(tid) if o.type == OK and o.value
+                       and o.value["task_id"] == tid]
+                if len(won) > 1:
+                    self.violation("single-winner", f"{len(won)} rescuers reclaimed task {tid} "
+                                   f"at t={self.clock()}", [o.index for o in won])
+                if not won:
+                    continue
+                waiting.remove(tid)
+                t.reclaimed += 1
+                if self.clock() == expires:
+                    t.reclaimed_at_expires += 1
+                else:
+                    t.reclaimed_late += 1
+                    self.violation("lease-half-open", f"task {tid}: its dead holder's lease "
+                                   f"ended at {expires}, but it could only be reclaimed at "
+                                   f"{self.clock()}", [won[0].index])
+                self.finish(tid, won[0])
+        for tid in waiting:
             t.never_reclaimed += 1
+            self.lost.add(tid)
             self.violation("lease-half-open", f"task {tid}: its holder was killed and its lease "
                            f"ended at {expires}, but no rescuer could claim it, even at "
                            f"{self.clock()}: lost")
-            return
-        t.reclaimed += 1
-        if self.clock() == expires:
-            t.reclaimed_at_expires += 1
-        else:
-            t.reclaimed_late += 1
-            self.violation("lease-half-open", f"task {tid}: its dead holder's lease ended at "
-                           f"{expires}, but it could only be reclaimed at {self.clock()}",
-                           [winner.index])
-        slot = pool.slot_of(winner.process)
+
+    def finish(self, tid: str, claim: Op) -> None:
+        """The rescuer fulfills the task it reclaimed."""
+        slot = self.pool.slot_of(claim.process)
         [done] = self.run_round([PlannedCall(slot, "fulfill", {
-            "task_id": tid, "token": winner.value["token"],
-            "result": {"by": winner.agent, "rescued": True}}, winner.agent)])
+            "task_id": tid, "token": claim.value["token"],
+            "result": {"by": claim.agent, "rescued": True}}, claim.agent)])
         if done.type == OK:
             self.unfinished.discard(tid)
         else:
@@ -399,9 +415,9 @@ class Crash:
         """Claim and fulfill whatever dead workers left unclaimed (a task still CLAIMED by a
         dead worker here was already given its rescue, and failed it: it stays lost)."""
         for _ in range(10 + len(self.unfinished)):
-            if not self.unfinished:
+            if not self.unfinished - self.lost:
                 return
-            views = self.read(sorted(self.unfinished, key=self.tasks.index))
+            views = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index))
             todo = []
             for tid, v in views.items():
                 if v.get("status") == "COMPLETED":

@@ -480,7 +480,6 @@ class Nemesis:
                    delay_us=step["delay_us"], landed=landed, expires=c.expires,
                    op_index=zop.index)
         self._note(ex, "resume", count=False, slot=zslot, worker=zombie.id)
-        self._count("pause")
         rescued = winner.index if winner is not None else None
         zop.extra["zombie"] = {"task": c.task_id, "expires": c.expires, "rescued_by": rescued,
                                "landed": landed}
