@@ -109,7 +109,7 @@ class LeaseStore:
         busy_timeout_ms: int = 5000,
         max_extends: int = 5,
         max_releases: int = 3,
-        busy_policy: str | BusyPolicy = "queue",
+        busy_policy: str | BusyPolicy = "hybrid",
     ) -> None:
         if claim_strategy not in STRATEGIES:
             raise errors.InvalidArgument(

@@ -64,6 +64,7 @@ _CTX = mp.get_context("fork")
 
 DEFAULT_WORKERS = (1, 2, 4, 8, 16)
 DEFAULT_TASKS = 20_000
+DEFAULT_POLICIES = ("hybrid", "jitter", "stock")
 AS_IS = "as-is"
 CEILING_UPDATES = 20_000
 CEILING_SAMPLES = 3  # before the matrix; as many again after it
@@ -71,6 +72,8 @@ MAX_WORKERS = 256
 STALL_S = 5.0  # a worker whose poll_next keeps returning None with tasks left gives up
 GOAL = {"workers": 8, "tasks": 20_000, "ceiling_ratio": 0.5, "p999_ms": 15.0, "max_ms": 50.0,
         "jain": 0.95}
+MIB = 1 << 20
+WAL_BOUND_BYTES = 64 * MIB  # the harness's wal-bounded limit (harness/campaign.py)
 # log-spaced latency histogram bins (ms): 1 us .. 100 s, 10 per decade
 HIST_EDGES_MS = [round(10 ** (i / 10 - 3), 6) for i in range(0, 81)]
 
@@ -597,12 +600,13 @@ def _summarise(results: dict[int, dict[str, Any]], workers: int, strategy: str, 
 # --------------------------------------------------------------------------- the matrix
 def run_bench(target: str = DEFAULT_TARGET, workers: Sequence[int] = DEFAULT_WORKERS,
               strategies: Sequence[str] = ("cas", "immediate"),
-              policies: Sequence[str] = ("jitter", "stock"), tasks: int = DEFAULT_TASKS, *,
-              timeout_s: float = 600.0, ceiling_updates: int = CEILING_UPDATES,
+              policies: Sequence[str] = DEFAULT_POLICIES, tasks: int = DEFAULT_TASKS, *,
+              repeat: int = 1, timeout_s: float = 600.0, ceiling_updates: int = CEILING_UPDATES,
               ceiling_samples: int = CEILING_SAMPLES,
               progress: Callable[[dict[str, Any]], None] | None = None,
               db_dir: str | None = None) -> dict[str, Any]:
-    """Run the whole matrix; returns ``{"runs", "ceiling", "machine", ...}`` (plain data)."""
+    """Run the whole matrix ``repeat`` times (interleaved); returns
+    ``{"runs", "ceiling", "machine", "goal", ...}`` as plain data."""
     tgt = resolve_target(target)
     notes: list[str] = []
     if tgt.ferry_core:
@@ -618,38 +622,54 @@ def run_bench(target: str = DEFAULT_TARGET, workers: Sequence[int] = DEFAULT_WOR
     base = tempfile.mkdtemp(prefix="ferry-bench-", dir=db_dir)
     try:
         machine = machine_info(base)
-        samples = []
+        samples: list[float] = []
 
-        def ceiling_sample(phase: str) -> None:
+        def ceiling_sample(phase: str) -> list[float]:
+            got = []
             for _ in range(ceiling_samples):
                 if progress:
                     progress({"phase": "ceiling", "label": phase, "done": 0, "tasks": 0})
-                samples.append(measure_ceiling(base, ceiling_updates))
+                got.append(measure_ceiling(base, ceiling_updates))
+            samples.extend(got)
+            return got
 
-        ceiling_sample("before")
+        before = ceiling_sample("before")
         claim_update = measure_store_claim_update(base, ceiling_updates) if tgt.ferry_core else None
         runs: list[dict[str, Any]] = []
         combos = [(w, s, p) for s in strategies for p in policies for w in workers]
-        for i, (w, s, p) in enumerate(combos):
-            if progress:
-                progress({"phase": "run", "label": f"{w}w {s}/{p}", "index": i,
-                          "total": len(combos), "done": 0, "tasks": tasks})
-            record = run_one(tgt, w, s, p, tasks, base, timeout_s=timeout_s, progress=progress)
-            runs.append(record)
-            if progress:
-                progress({"phase": "result", "record": record, "index": i, "total": len(combos)})
-        ceiling_sample("after")
+        total = len(combos) * repeat
+        for rep in range(repeat):
+            rep_runs = []
+            for i, (w, s, p) in enumerate(combos):
+                index = rep * len(combos) + i
+                if progress:
+                    progress({"phase": "run", "label": f"{w}w {s}/{p}", "index": index,
+                              "total": total, "done": 0, "tasks": tasks})
+                record = run_one(tgt, w, s, p, tasks, base, timeout_s=timeout_s,
+                                 progress=progress)
+                record["rep"] = rep + 1
+                rep_runs.append(record)
+                if progress:
+                    progress({"phase": "result", "record": record, "index": index,
+                              "total": total})
+            after = ceiling_sample("after" if rep == repeat - 1 else f"after run {rep + 1}")
+            rep_ceiling = max(before + after)  # the samples right before and after it
+            for r in rep_runs:
+                r["ceiling"] = rep_ceiling
+                r["ceiling_ratio"] = r["claims_per_s"] / rep_ceiling if rep_ceiling else 0.0
+            runs.extend(rep_runs)
+            before = after
         best = max(samples)
-        for r in runs:
-            r["ceiling_ratio"] = r["claims_per_s"] / best if best else 0.0
         machine["loadavg_end"] = list(os.getloadavg())
         ceiling = {
             "updates_per_s": best,
             "samples_per_s": samples,
             "statement": "UPDATE t SET status='CLAIMED', at=? WHERE id=? AND status='SUBMITTED'",
             "method": (f"single process, autocommit (one statement per transaction), WAL + "
-                       f"synchronous=NORMAL, {ceiling_updates} distinct rows per sample; best of "
-                       f"{len(samples)} samples taken before and after the matrix"),
+                       f"synchronous=NORMAL, {ceiling_updates} distinct rows per sample, "
+                       f"{ceiling_samples} samples before the matrix and after each repetition; "
+                       "a run is compared with the best sample taken right before or after "
+                       "its repetition, this field is the best of all"),
         }
         if claim_update is not None:
             ceiling["ferry_core_claim_update_per_s"] = claim_update
@@ -657,16 +677,16 @@ def run_bench(target: str = DEFAULT_TARGET, workers: Sequence[int] = DEFAULT_WOR
                 "ferry_core's own claiming UPDATE (token-history trigger, partial indexes) in "
                 "the same single-process autocommit loop, without pick or sweep")
         return {
-            "target": target, "ferry_core": tgt.ferry_core, "tasks": tasks,
+            "target": target, "ferry_core": tgt.ferry_core, "tasks": tasks, "repeat": repeat,
             "workers": list(workers), "strategies": list(strategies),
             "busy_policies": list(policies), "runs": runs, "ceiling": ceiling,
-            "machine": machine, "goal": goal_check(runs, best), "notes": notes,
+            "machine": machine, "goal": goal_check(runs), "notes": notes,
         }
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def goal_check(runs: list[dict[str, Any]], ceiling: float) -> list[dict[str, Any]]:
+def goal_check(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Issue 7's goal, evaluated for every run with GOAL['workers'] workers."""
     out = []
     for r in runs:
@@ -674,13 +694,16 @@ def goal_check(runs: list[dict[str, Any]], ceiling: float) -> list[dict[str, Any
             continue
         lat = r["latency_ms"]
         checks = {
-            "ceiling_ratio": r["claims_per_s"] / ceiling >= GOAL["ceiling_ratio"] if ceiling else False,
+            "ceiling_ratio": r["ceiling_ratio"] >= GOAL["ceiling_ratio"],
             "p999_ms": lat["p999"] <= GOAL["p999_ms"],
             "max_ms": lat["max"] <= GOAL["max_ms"],
             "jain": r["jain_fairness"] >= GOAL["jain"],
         }
-        out.append({"strategy": r["strategy"], "busy_policy": r["busy_policy"],
-                    "tasks": r["tasks"], "full_size": r["tasks"] == GOAL["tasks"],
+        out.append({"rep": r.get("rep", 1), "strategy": r["strategy"],
+                    "busy_policy": r["busy_policy"], "tasks": r["tasks"],
+                    "full_size": r["tasks"] == GOAL["tasks"], "claims_per_s": r["claims_per_s"],
+                    "ceiling": r["ceiling"], "ceiling_ratio": r["ceiling_ratio"],
+                    "p999_ms": lat["p999"], "max_ms": lat["max"], "jain": r["jain_fairness"],
                     "checks": checks, "met": all(checks.values())})
     return out
 
@@ -692,21 +715,93 @@ def _fmt_rate(v: float) -> str:
 
 def summary_table(result: dict[str, Any]) -> list[str]:
     """Markdown table of every run."""
+    reps = result.get("repeat", 1) > 1
     lines = [
-        "| workers | strategy | busy policy | claims/s | × ceiling | lifecycles/s | p50 ms | "
-        "p99 ms | p99.9 ms | max ms | CAS miss | busy err | Jain | WAL end KiB |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ("| run " if reps else "") + "| workers | strategy | busy policy | claims/s | × ceiling | "
+        "lifecycles/s | p50 ms | p99 ms | p99.9 ms | max ms | CAS miss | busy err | Jain | "
+        "WAL end MiB | WAL max MiB | CPU used |",
+        ("|---:" if reps else "") + "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "---:|---:|---:|---:|",
     ]
     for r in result["runs"]:
         lat = r["latency_ms"]
         err = f" ⚠ {r['error']}" if r.get("error") else ""
         lines.append(
-            f"| {r['workers']} | {r['strategy']} | {r['busy_policy']}{err} | "
+            (f"| {r.get('rep', 1)} " if reps else "")
+            + f"| {r['workers']} | {r['strategy']} | {r['busy_policy']}{err} | "
             f"{_fmt_rate(r['claims_per_s'])} | {r.get('ceiling_ratio', 0):.3f} | "
             f"{_fmt_rate(r['lifecycles_per_s'])} | {lat['p50']:.2f} | {lat['p99']:.2f} | "
             f"{lat['p999']:.2f} | {lat['max']:.2f} | {r['cas_miss_ratio']:.3f} | "
-            f"{r['busy_errors']} | {r['jain_fairness']:.3f} | {r['wal_bytes'] / 1024:,.0f} |")
+            f"{r['busy_errors']} | {r['jain_fairness']:.3f} | {r['wal_bytes'] / MIB:,.1f} | "
+            f"{r['wal_bytes_max'] / MIB:,.1f} | {r.get('cpu_util', 0):.0%} |")
     return lines
+
+
+def goal_table(result: dict[str, Any]) -> list[str]:
+    goal = result.get("goal") or []
+    if not goal:
+        return []
+    mark = {True: "✅", False: "❌"}
+    lines = [
+        f"{GOAL['workers']} workers, {GOAL['tasks']:,} tasks: claims/s ≥ "
+        f"{GOAL['ceiling_ratio']} × the same run's ceiling, p99.9 ≤ {GOAL['p999_ms']:g} ms, "
+        f"max ≤ {GOAL['max_ms']:g} ms, Jain ≥ {GOAL['jain']}.",
+        "",
+        "| run | strategy | busy policy | claims/s | ceiling/s | ratio | p99.9 ms | max ms | "
+        "Jain | met |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for g in sorted(goal, key=lambda g: (g["strategy"], g["busy_policy"], g["rep"])):
+        ch = g["checks"]
+        failed = ", ".join(k for k, ok in ch.items() if not ok)
+        size = "" if g["full_size"] else f" (only {g['tasks']:,} tasks)"
+        lines.append(
+            f"| {g['rep']} | {g['strategy']} | {g['busy_policy']} | "
+            f"{_fmt_rate(g['claims_per_s'])} | {_fmt_rate(g['ceiling'])} | "
+            f"{mark[ch['ceiling_ratio']]} {g['ceiling_ratio']:.3f} | "
+            f"{mark[ch['p999_ms']]} {g['p999_ms']:.1f} | {mark[ch['max_ms']]} {g['max_ms']:.1f} | "
+            f"{mark[ch['jain']]} {g['jain']:.3f} | "
+            f"{'yes' if g['met'] else 'no: ' + failed}{size} |")
+    return lines
+
+
+def findings(result: dict[str, Any]) -> list[str]:
+    """Plain facts the numbers show, so nobody has to dig them out of the table."""
+    runs = [r for r in result["runs"] if not r.get("error")]
+    out = []
+    if not runs:
+        return out
+    solo = [r for r in runs if r["workers"] == 1]
+    if solo:
+        worst = max(solo, key=lambda r: r["latency_ms"]["max"])
+        out.append(
+            f"With one worker (no contention at all) the claim latency still reaches p99.9 "
+            f"{worst['latency_ms']['p999']:.1f} ms / max {worst['latency_ms']['max']:.1f} ms "
+            f"({worst['strategy']}/{worst['busy_policy']}): that much comes from the machine "
+            "(scheduling, other jobs, the file system), not from contention.")
+        best = max(r["ceiling_ratio"] for r in solo)
+        out.append(
+            f"The best single-worker run reaches {best:.3f} × the raw ceiling: one lifecycle is "
+            "two write transactions (claim, fulfill) of several statements each, against one "
+            "one-row UPDATE per transaction for the ceiling.")
+    util = sorted(r.get("cpu_util", 0) for r in runs if r["workers"] >= result["machine"]["cpus_usable"])
+    if util:
+        med = util[len(util) // 2]
+        if med < 0.85:
+            out.append(
+                f"With at least as many workers as CPUs, the workers used a median {med:.0%} of "
+                "the machine's CPU time: the rest went to other jobs or waiting, so absolute "
+                "numbers are depressed and noisy; compare runs within this report.")
+    big = [r for r in runs if r["wal_bytes_max"] > WAL_BOUND_BYTES]
+    if big:
+        worst = max(big, key=lambda r: r["wal_bytes_max"])
+        out.append(
+            f"{len(big)} of {len(runs)} runs grew the `-wal` past the harness's wal-bounded "
+            f"limit of {WAL_BOUND_BYTES // MIB} MiB (worst: {worst['wal_bytes_max'] / MIB:,.0f} "
+            f"MiB, {worst['workers']} workers {worst['strategy']}/{worst['busy_policy']}): under "
+            "sustained writes from several processes the passive auto-checkpoint never catches "
+            "up, so the WAL is never restarted from the beginning.")
+    return out
 
 
 def render_report(result: dict[str, Any], plots: list[str], plot_note: str | None) -> str:
@@ -742,27 +837,13 @@ def render_report(result: dict[str, Any], plots: list[str], plot_note: str | Non
             f"({c['ferry_core_claim_update_per_s'] / c['updates_per_s']:.2f} × the ceiling).",
             "",
         ]
-    lines += ["## Runs", ""] + summary_table(result) + [""]
-    goal = result.get("goal") or []
+    facts = findings(result)
+    if facts:
+        lines += ["## Findings", ""] + [f"- {f}" for f in facts] + [""]
+    goal = goal_table(result)
     if goal:
-        lines += [
-            "## Goal (issue 7)",
-            "",
-            f"{GOAL['workers']} workers, {GOAL['tasks']:,} tasks: claims/s ≥ "
-            f"{GOAL['ceiling_ratio']} × ceiling, p99.9 ≤ {GOAL['p999_ms']:g} ms, max ≤ "
-            f"{GOAL['max_ms']:g} ms, Jain ≥ {GOAL['jain']}.",
-            "",
-            "| strategy | busy policy | × ceiling | p99.9 | max | Jain | met |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        mark = {True: "✅", False: "❌"}
-        for g in goal:
-            ch = g["checks"]
-            size = "" if g["full_size"] else f" (only {g['tasks']:,} tasks)"
-            lines.append(f"| {g['strategy']} | {g['busy_policy']} | {mark[ch['ceiling_ratio']]} | "
-                         f"{mark[ch['p999_ms']]} | {mark[ch['max_ms']]} | {mark[ch['jain']]} | "
-                         f"{mark[g['met']]}{size} |")
-        lines.append("")
+        lines += ["## Goal (issue 7)", ""] + goal + [""]
+    lines += ["## Runs", ""] + summary_table(result) + [""]
     lines += ["## Plots", ""]
     if plots:
         lines += [f"![{p}]({p})" for p in plots] + [""]
@@ -774,7 +855,8 @@ def render_report(result: dict[str, Any], plots: list[str], plot_note: str | Non
         "- **claims/s**: claims by all workers / time from the barrier release to the last "
         "successful claim. Every worker loops `poll_next` then `fulfill`, so this is also about "
         "the lifecycle rate (**lifecycles/s**: fulfilled tasks / time to the last fulfill).",
-        "- **× ceiling**: claims/s divided by the ceiling above (same invocation).",
+        "- **× ceiling**: claims/s divided by the raw ceiling measured right before or after "
+        "the run (same invocation).",
         "- **p50 … max**: time to obtain a claim, from the first `poll_next` attempt to the one "
         "that returned a claim (store-internal busy waits and retries included), nearest rank "
         "over every claim of the run.",
@@ -786,7 +868,9 @@ def render_report(result: dict[str, Any], plots: list[str], plot_note: str | Non
         "- **busy err**: StoreError / OperationalError from a lock that stayed busy past the "
         "store's timeout (the call is retried, so no task is lost).",
         "- **Jain**: (Σx)² / (n·Σx²) over per-worker claim counts: 1 = equal shares.",
-        "- **WAL end**: size of the `-wal` file when the drain ended, connections still open.",
+        "- **WAL end / max**: size of the `-wal` file when the drain ended (connections still "
+        "open) and the largest size seen while it ran.",
+        "- **CPU used**: CPU time of all workers / (wall time × usable CPUs).",
         "",
         "The raw data (per-worker claims, a latency histogram, fulfill latency) is in "
         "`bench.json`.",
@@ -858,8 +942,14 @@ def parse_options(args: argparse.Namespace) -> dict[str, Any]:
         raise BenchUsageError(f"--timeout must be seconds, got {args.timeout!r}") from None
     if timeout <= 0:
         raise BenchUsageError(f"--timeout must be > 0 seconds, got {timeout:g}")
+    try:
+        repeat = int(args.repeat)
+    except ValueError:
+        raise BenchUsageError(f"--repeat must be a whole number, got {args.repeat!r}") from None
+    if repeat < 1:
+        raise BenchUsageError(f"--repeat must be at least 1, got {repeat}")
     opts = {
-        "target": args.target,
+        "target": args.target, "repeat": repeat,
         "workers": _int_list("--workers", args.workers),
         "strategies": _choices("--strategy", args.strategy, STRATEGIES),
         "policies": _choices("--busy-policy", args.busy_policy, sorted(POLICIES)),
@@ -952,7 +1042,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     show = _Progress(args.quiet)
     try:
         result = run_bench(opts["target"], opts["workers"], opts["strategies"], opts["policies"],
-                           opts["tasks"], timeout_s=opts["timeout_s"], progress=show,
+                           opts["tasks"], repeat=opts["repeat"], timeout_s=opts["timeout_s"],
+                           progress=show,
                            db_dir=opts["db_dir"])
     finally:
         show.stop()
@@ -969,8 +1060,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(line)
     for g in result["goal"]:
         failed = [k for k, ok in g["checks"].items() if not ok]
-        print(f"goal ({GOAL['workers']} workers) {g['strategy']}/{g['busy_policy']}: "
-              f"{'MET' if g['met'] else 'not met: ' + ', '.join(failed)}")
+        print(f"goal ({GOAL['workers']} workers, run {g['rep']}) {g['strategy']}/{g['busy_policy']}:"
+              f" {g['claims_per_s']:,.0f} claims/s = {g['ceiling_ratio']:.3f} x ceiling, p99.9 "
+              f"{g['p999_ms']:.1f} ms, max {g['max_ms']:.1f} ms, Jain {g['jain']:.3f}: "
+              f"{'MET' if g['met'] else 'not met (' + ', '.join(failed) + ')'}")
     if files:
         print(f"report: {os.path.join(args.report_dir, 'report.md')} ({len(files)} files)")
     if args.json:
@@ -996,8 +1089,11 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                    help="comma-separated worker counts (default 1,2,4,8,16)")
     p.add_argument("--strategy", default="cas,immediate", metavar="LIST",
                    help="ferry_core claim strategies (default cas,immediate)")
-    p.add_argument("--busy-policy", default="jitter,stock", metavar="LIST",
-                   help="ferry_core busy policies (default jitter,stock)")
+    p.add_argument("--busy-policy", default=",".join(DEFAULT_POLICIES), metavar="LIST",
+                   help=f"ferry_core busy policies (default {','.join(DEFAULT_POLICIES)})")
+    p.add_argument("--repeat", default="1", metavar="N",
+                   help="run the whole matrix N times, interleaved (default 1): on a shared "
+                   "machine, look at the spread")
     p.add_argument("--tasks", default=str(DEFAULT_TASKS), metavar="N",
                    help=f"tasks per run (default {DEFAULT_TASKS})")
     p.add_argument("--timeout", default="600", metavar="SECONDS",

@@ -6,6 +6,7 @@ writes its report without plots.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,27 @@ def _series(result: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]
     return groups
 
 
+def _agg(runs: list[dict[str, Any]], value: Any) -> tuple[list[int], list[float],
+                                                          list[float], list[float]]:
+    """Per worker count: median, min and max of ``value(run)`` over the repetitions."""
+    by_w: dict[int, list[float]] = {}
+    for r in runs:
+        by_w.setdefault(r["workers"], []).append(value(r))
+    xs = sorted(by_w)
+    med = [statistics.median(by_w[w]) for w in xs]
+    return xs, med, [min(by_w[w]) for w in xs], [max(by_w[w]) for w in xs]
+
+
+def _line(ax: Any, runs: list[dict[str, Any]], value: Any, key: tuple[str, str], index: int,
+          floor: float = 0.0) -> None:
+    xs, med, lo, hi = _agg(runs, value)
+    style = _style(key, index)
+    (line,) = ax.plot(xs, [max(v, floor) for v in med], label=_label(key), **style)
+    if any(a != b for a, b in zip(lo, hi, strict=True)):  # repetitions: show the spread
+        ax.fill_between(xs, [max(v, floor) for v in lo], [max(v, floor) for v in hi],
+                        color=line.get_color(), alpha=0.15, linewidth=0)
+
+
 def _style(key: tuple[str, str], index: int) -> dict[str, Any]:
     strategy, _policy = key
     return {"marker": "os^Dv<>p*h"[index % 10],
@@ -54,8 +76,7 @@ def _workers_axis(ax: Any, result: dict[str, Any]) -> None:
 def plot_throughput(result: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for i, (key, runs) in enumerate(sorted(_series(result).items())):
-        ax.plot([r["workers"] for r in runs], [r["claims_per_s"] for r in runs],
-                label=_label(key), **_style(key, i))
+        _line(ax, runs, lambda r: r["claims_per_s"], key, i)
     ceiling = result["ceiling"]["updates_per_s"]
     top = max((r["claims_per_s"] for r in result["runs"]), default=0.0)
     if ceiling * 0.5 <= 2.5 * top:
@@ -80,8 +101,7 @@ def plot_latency(result: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
     for ax, stat, title in ((axes[0], "p99", "p99"), (axes[1], "max", "max")):
         for i, (key, runs) in enumerate(sorted(_series(result).items())):
-            ax.plot([r["workers"] for r in runs], [max(r["latency_ms"][stat], 1e-3) for r in runs],
-                    label=_label(key), **_style(key, i))
+            _line(ax, runs, lambda r, st=stat: r["latency_ms"][st], key, i, floor=1e-3)
         ax.set_yscale("log")
         ax.set_title(f"claim latency {title}")
         _workers_axis(ax, result)
@@ -103,18 +123,24 @@ def plot_share(result: dict[str, Any], path: Path) -> None:
     for ax in axes.flat[len(groups):]:
         ax.set_visible(False)
     for ax, (key, runs) in zip(axes.flat, groups, strict=False):
+        lowest: dict[int, tuple[float, float]] = {}
         for r in runs:
             claims = r["per_worker_claims"]
             total = sum(claims) or 1
             shares = [c * len(claims) / total for c in claims]
-            ax.scatter([r["workers"]] * len(shares), shares, s=14, alpha=0.6)
-            ax.annotate(f"J={r['jain_fairness']:.3f}", (r["workers"], max(shares)),
-                        textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+            ax.scatter([r["workers"]] * len(shares), shares, s=14, alpha=0.5, color="C0")
+            top = max(shares)
+            j = r["jain_fairness"]
+            prev = lowest.get(r["workers"])
+            lowest[r["workers"]] = (min(j, prev[0]) if prev else j, max(top, prev[1]) if prev else top)
+        for w, (j, top) in lowest.items():
+            ax.annotate(f"J={j:.3f}", (w, top), textcoords="offset points", xytext=(0, 6),
+                        ha="center", fontsize=7)
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_title(_label(key), fontsize=10)
         ax.set_ylabel("claims share × workers")
         _workers_axis(ax, result)
-    fig.suptitle("Per-worker share of claims (1.0 = equal; J = Jain's index)")
+    fig.suptitle("Per-worker share of claims (1.0 = equal; J = Jain's index, lowest repetition)")
     fig.tight_layout()
     fig.savefig(path, dpi=_DPI)
     plt.close(fig)
@@ -122,12 +148,16 @@ def plot_share(result: dict[str, Any], path: Path) -> None:
 
 def plot_tail(result: dict[str, Any], path: Path, workers: int) -> bool:
     """Survival function P(latency > x) at one worker count, from the runs' histograms."""
-    runs = [r for r in result["runs"] if r["workers"] == workers and not r.get("error")]
-    if not runs:
+    merged: dict[tuple[str, str], list[int]] = {}  # histograms summed over repetitions
+    for r in result["runs"]:
+        if r["workers"] == workers and not r.get("error"):
+            key = (r["strategy"], r["busy_policy"])
+            prev = merged.get(key, [0] * len(r["latency_hist"]))
+            merged[key] = [a + b for a, b in zip(prev, r["latency_hist"], strict=True)]
+    if not merged:
         return False
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for i, r in enumerate(runs):
-        counts = r["latency_hist"]
+    for i, (key, counts) in enumerate(sorted(merged.items())):
         total = sum(counts) or 1
         xs, ys, above = [], [], total
         for edge, c in zip(HIST_EDGES_MS[1:], counts, strict=True):
@@ -136,7 +166,6 @@ def plot_tail(result: dict[str, Any], path: Path, workers: int) -> bool:
                 break
             xs.append(edge)
             ys.append(above / total)
-        key = (r["strategy"], r["busy_policy"])
         ax.step(xs, ys, where="post", label=_label(key),
                 linestyle=_style(key, i)["linestyle"])
     ax.axhline(1e-3, color="grey", linestyle=":", linewidth=0.8)
@@ -145,7 +174,9 @@ def plot_tail(result: dict[str, Any], path: Path, workers: int) -> bool:
     ax.set_yscale("log")
     ax.set_xlabel("claim latency ms (histogram bin edges)")
     ax.set_ylabel("fraction of claims slower")
-    ax.set_title(f"Claim latency tail, {workers} workers")
+    reps = result.get("repeat", 1)
+    ax.set_title(f"Claim latency tail, {workers} workers"
+                 + (f" (all {reps} repetitions)" if reps > 1 else ""))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -73,7 +73,7 @@ def empty_store(path: str, *, clock) -> LeaseStore:
 def small_result():
     before = children_of(os.getpid())
     result = bench.run_bench(workers=[1, 3], strategies=["cas", "immediate"],
-                             policies=["queue", "jitter", "stock"], tasks=TASKS,
+                             policies=["hybrid", "jitter", "stock"], tasks=TASKS,
                              ceiling_updates=2_000, ceiling_samples=1, timeout_s=60)
     assert_no_children_left(before)
     return result
@@ -102,7 +102,7 @@ def test_every_key_is_there_and_every_task_was_claimed_once(small_result):
         if run["strategy"] == "immediate":
             assert run["cas_misses"] == 0  # picked under the write lock: never loses
     assert {(r["strategy"], r["busy_policy"]) for r in res["runs"]} == {
-        (s, p) for s in ("cas", "immediate") for p in ("queue", "jitter", "stock")}
+        (s, p) for s in ("cas", "immediate") for p in ("hybrid", "jitter", "stock")}
 
 
 def test_statistics():
@@ -196,7 +196,7 @@ def test_cli_end_to_end_writes_json(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------
-# ferry_core/busy.py: the policies this bench measures (the default is "queue").
+# ferry_core/busy.py: the policies this bench measures (the default is "hybrid").
 from ferry_core import StoreError  # noqa: E402
 from ferry_core import busy as busy_mod  # noqa: E402
 
@@ -271,57 +271,18 @@ def test_every_policy_keeps_the_busy_timeout_contract(tmp_path, policy):
         s.dispatch(None)  # and it works again once the lock is free
 
 
-def test_queue_is_the_default_and_its_room_appears_only_under_contention(tmp_path):
+def test_hybrid_is_the_default_and_waits_inside_sqlite_first(tmp_path):
     import sqlite3
     import threading
 
     path = str(tmp_path / "x.db")
-    room = path + busy_mod.ROOM_SUFFIX
     with LeaseStore(path) as s:
-        assert s._busy.name == "queue"
-        assert s._conn.execute("PRAGMA busy_timeout").fetchall()[0][0] == 0
-        for _ in range(3):
-            s.poll_next("A") or s.dispatch(None)
-        assert not os.path.exists(room), "an uncontended store created the waiting room"
+        assert s._busy.name == "hybrid"
+        assert s._conn.execute("PRAGMA busy_timeout").fetchall()[0][0] == s._busy.sqlite_ms
         blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         blocker.execute("BEGIN IMMEDIATE")
         threading.Timer(0.05, lambda: blocker.execute("ROLLBACK")).start()
-        s.dispatch(None)  # waits ~50 ms in the room, then gets through
+        t0 = time.monotonic()
+        s.dispatch(None)  # waits ~50 ms, then gets through
+        assert time.monotonic() - t0 < 1.0
         blocker.close()
-        assert os.path.exists(room)
-
-
-def test_queue_does_not_trust_a_frozen_room_leader(tmp_path):
-    """Someone holds the room's flock and never lets go (a SIGSTOPped waiter): the others
-    still get through as soon as SQLite's lock is free, long before the timeout."""
-    import fcntl
-    import sqlite3
-    import threading
-
-    path = str(tmp_path / "x.db")
-    with LeaseStore(path, busy_timeout_ms=5_000) as s:
-        s.dispatch(None)
-        fd = os.open(path + busy_mod.ROOM_SUFFIX, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # the frozen leader
-        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        try:
-            blocker.execute("BEGIN IMMEDIATE")
-            threading.Timer(0.1, lambda: blocker.execute("ROLLBACK")).start()
-            t0 = time.monotonic()
-            s.dispatch(None)
-            assert time.monotonic() - t0 < 1.0
-        finally:
-            os.close(fd)
-            blocker.close()
-
-
-def test_queue_on_an_in_memory_database_polls_without_a_room():
-    import sqlite3
-
-    conn = sqlite3.connect(":memory:", isolation_level=None)
-    try:
-        pol = busy_mod.make_busy_policy("queue", conn, 100)
-        assert pol.run(lambda: conn.execute("SELECT 1").fetchall()) == [(1,)]
-        assert pol._get_room() is None
-    finally:
-        conn.close()
