@@ -1,17 +1,20 @@
 """The nemesis: faults injected on purpose, each recorded in the history.
 
 - ``kill``: SIGKILL a lease holder while its ``fulfill`` is in flight. There are no
-  schedule points to aim at, so a timer fires after a random delay drawn uniformly over
-  the *measured* duration of a fulfill (pipe + guard + write transaction + reply), so kills
-  land before, inside and after the write transaction. At the kill instant the victim is
-  first frozen (SIGSTOP) and the kernel asked who holds the WAL write lock (``F_GETLK``): a kill while it held SQLite's WAL
-  write lock is counted as a kill *inside a write transaction*. The killed op is ``info``;
-  the pool retires the worker id and starts a fresh worker in its slot.
+  schedule points to aim at, so half the kills (``aim: random``) fire on a timer after a
+  delay drawn over the *measured* course of a fulfill (pipe latency to the worker, then
+  the store call itself: guard and write transaction), and half (``aim: write-tx``) hunt
+  for the write transaction: a helper thread asks the kernel who holds SQLite's WAL write
+  lock (``F_GETLK`` on the ``-shm``), freezes the victim when it does and kills it there.
+  Either way the victim is frozen (SIGSTOP) at the kill instant and the lock looked up, so
+  ``kill:in-write-tx`` counts exactly the kills *inside a write transaction*. The killed
+  op is ``info``; the pool retires the worker id and starts a fresh worker in its slot.
+  The delay (or aim) is recorded in the step, so a replay fires the same way.
   Then the **orphan probe**: a ``get`` says whether the dead holder's lease survived it
   (still ``CLAIMED``); if so the clock goes to ``expires - 1`` (k rescuers race to claim:
   nobody may win) and to ``expires`` (exactly one must win, attempts permitting), and the
   winner completes the task.
-- ``pause``: SIGSTOP the holder while its ``fulfill`` is in flight (same timer), hold it
+- ``pause``: SIGSTOP the holder while its ``fulfill`` is in flight (timed), hold it
   past its lease (rescuers race at ``expires - 1`` and ``expires``), SIGCONT: the zombie's
   in-flight fulfill, and one more it sends afterwards with its old token, must be refused.
   A pause that lands while the holder holds the WAL write lock is lifted at once (a frozen
@@ -25,7 +28,11 @@ turns the annotations these steps leave on ops (``probe``, ``zombie``, ``integri
 into violations (:meth:`harness.checker.Checker._faults`).
 
 ``stats.faults`` counts faults by kind, and by where they landed (``kill:mid-op``,
-``kill:in-write-tx``, ``kill:after-op``, ``pause:mid-op``, ``pause:in-write-tx``).
+``kill:in-write-tx``, ``kill:after-op``, ``pause:mid-op``, ``pause:after-op``,
+``pause:in-write-tx``); ``kill-missed`` counts timers cancelled because the op finished.
+
+Helpers here (:class:`TimedKill`, :func:`wal_writer`, :func:`stop`) are shared with
+``ferry-harness crash`` (:mod:`harness.crash`).
 """
 
 from __future__ import annotations
@@ -445,7 +452,10 @@ class Nemesis:
         box: dict[str, Any] = {}
 
         def in_flight() -> None:
-            box["ops"] = ex._run([call])
+            try:
+                ex._run([call])
+            except BaseException as exc:  # re-raised on the main thread
+                box["error"] = exc
 
         th = threading.Thread(target=in_flight, name="ferry-zombie", daemon=True)
         sent = time.monotonic_ns()
@@ -453,6 +463,12 @@ class Nemesis:
         deadline = time.monotonic() + 5
         while len(ex.history) == start and th.is_alive() and time.monotonic() < deadline:
             time.sleep(0.00002)
+        if len(ex.history) == start:  # the call never went out
+            th.join(pool.op_timeout_s + 5)
+            if "error" in box:
+                raise box["error"]
+            return
+        zop = ex.history.ops[start]  # the helper thread's op: nothing else was appended since
         wait_until(sent + int(delay * 1e9))
         at_ns = time.monotonic_ns()
         pool.pause(zslot)
@@ -464,14 +480,15 @@ class Nemesis:
                 self._count("pause:in-write-tx")
             else:
                 others = [(zslot + i) % pool.size for i in range(1, pool.size)]
-                winner = self._probe(ex, c, ex.history.ops[start], "paused", slots=others)
+                winner = self._probe(ex, c, zop, "paused", slots=others)
                 ex._set_clock(c.expires)
         finally:
             pool.resume(zslot)
             th.join(pool.op_timeout_s + 5)
         if pool.slots[zslot] is not zombie:  # replaced on the helper thread: redo it here
             pool.replace(zslot)
-        zop = box["ops"][0] if box.get("ops") else ex.history.ops[start]
+        if "error" in box:
+            raise box["error"]
         landed = "in-write-tx" if in_tx else ("mid-op" if zop.complete_ns and zop.complete_ns > at_ns
                                                else "after-op")
         if landed != "in-write-tx":
