@@ -190,9 +190,9 @@ class Crash:
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
         load_factory(cfg.target)
+        self.pool = WorkerPool(cfg.target, self.clock, cfg.workers)
         tmp = tempfile.mkdtemp(prefix="ferry-crash-")
         t0 = time.perf_counter()
-        self.pool = WorkerPool(cfg.target, self.clock, cfg.workers)
         try:
             with self.pool:
                 self.path = os.path.join(tmp, "crash.db")
