@@ -97,6 +97,7 @@ class Runner:
 
             self.nemesis = Nemesis(cfg.faults, self.stats)
         self.pool_start_s = 0.0
+        self.stopping = False
 
     def __enter__(self) -> Runner:
         t = time.perf_counter()
@@ -141,6 +142,7 @@ class Campaign:
         self.first_example_s: float | None = None
         self.replayed_saved = 0
         self.from_database = False
+        self.stopping = False
         self._example_started = 0.0
         self.example_times: list[float] = []
 
@@ -229,7 +231,16 @@ class Campaign:
                               sort_keys=True).encode()
             self.cfg.database.save(self._db_key, blob)
 
+    def request_stop(self) -> None:
+        """Ctrl-C: finish the current example, skip shrinking, write what we have."""
+        self.stopping = True
+        runner = getattr(self, "runner", None)
+        if runner is not None:
+            runner.stopping = True
+
     def _budget_left(self) -> bool:
+        if self.stopping:
+            return False
         if self.cfg.budget_s is not None and time.perf_counter() - self.t0 >= self.cfg.budget_s:
             return False
         if self.cfg.max_examples is not None and self.runner.stats.examples >= self.cfg.max_examples:
@@ -357,9 +368,12 @@ def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SH
     best = failure
     steps = [s for s in failure.steps if s.get("kind") != "audit"]
     chunk = max(1, len(steps) // 2)
-    while chunk >= 1 and time.perf_counter() < deadline:
+    def more() -> bool:
+        return time.perf_counter() < deadline and not runner.stopping
+
+    while chunk >= 1 and more():
         i, progressed = 0, False
-        while i < len(steps) and time.perf_counter() < deadline:
+        while i < len(steps) and more():
             cand = steps[:i] + steps[i + chunk:]
             got = _fails_like(runner, cand, inv, tries) if cand else None
             if got:
@@ -373,7 +387,7 @@ def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SH
         while progressed:
             progressed = False
             for simpler in _simplifications(steps[i]):
-                if time.perf_counter() >= deadline:
+                if not more():
                     return Failure(steps, best.history, best.violations)
                 cand = steps[:i] + [simpler] + steps[i + 1:]
                 got = _fails_like(runner, cand, inv, tries)
@@ -418,7 +432,9 @@ def _simplifications(step: dict[str, Any]) -> list[dict[str, Any]]:
 def replay_count(runner: Runner, failure: Failure, tries: int) -> tuple[tuple[int, int], Failure | None]:
     """Run the minimal steps ``tries`` times; how many showed the same invariant."""
     hits, last = 0, None
-    for _ in range(tries):
+    for done in range(tries):
+        if runner.stopping:
+            return (hits, done), last
         found, ex = runner.run_steps(failure.steps)
         if any(v.invariant == failure.invariant for v in found):
             hits += 1

@@ -6,8 +6,10 @@ Exit codes: 0 no violation, 1 violation found (or reproduced), 2 usage or harnes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -158,8 +160,10 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                          faults=args.faults, mode=args.mode,
                          database=_example_db(args.example_db, args.report_dir))
     show, stop = _progress_printer(args.quiet)
+    campaign = Campaign(cfg, progress=show)
     try:
-        outcome = Campaign(cfg, progress=show).run()
+        with _first_ctrl_c_stops(campaign):
+            outcome = campaign.run()
     finally:
         stop()
     d = write_report(outcome)
@@ -180,7 +184,27 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     print(f"  report: {d}/report.md  timeline: {d}/timeline.html")
     if rep["violations"]:
         print(f"  replay: ferry-harness replay {d}")
+    if campaign.stopping:
+        print("ferry-harness: interrupted; the report covers what ran; all workers stopped",
+              file=sys.stderr)
+        return 130
     return EXIT_VIOLATION if rep["verdict"] == "fail" else EXIT_OK
+
+
+@contextlib.contextmanager
+def _first_ctrl_c_stops(campaign: Any) -> Any:
+    """The first Ctrl-C ends the campaign cleanly (report written, exit 130); the second
+    interrupts at once. Never lets KeyboardInterrupt land inside Hypothesis."""
+    def handler(signum: int, frame: Any) -> None:
+        if campaign.stopping:
+            raise KeyboardInterrupt
+        campaign.request_stop()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

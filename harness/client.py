@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
 import sqlite3
 import time
@@ -80,7 +81,7 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, go: Any, parent: in
             _, op_id, op, args, agent, barrier, go_timeout, controlled = msg
             if barrier:
                 conn.send(("ready", op_id))
-                if not go.wait(go_timeout):
+                if not _pass_gate(go, go_timeout):
                     conn.send(("done", op_id, INFO, None, "BarrierTimeout",
                                "barrier never opened", 0, 0, clock()))
                     continue
@@ -106,6 +107,27 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, go: Any, parent: in
             break
     if store is not None:
         _close(store)
+
+
+def _pass_gate(gate_fd: int, timeout: float) -> bool:
+    """Wait for one byte on the shared gate pipe (the barrier).
+
+    All racers block in ``select`` on the same pipe and the controller writes one byte per
+    racer at once, so they wake together. Unlike a shared Event or Barrier, a pipe holds no
+    lock a SIGKILLed waiter could leave taken.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        ready, _, _ = select.select([gate_fd], [], [], left)
+        if ready:
+            try:
+                if os.read(gate_fd, 1):
+                    return True
+            except BlockingIOError:
+                continue  # another racer took that byte
 
 
 def _reader_main(conn: Any, parent: int) -> None:
@@ -191,7 +213,10 @@ class WorkerPool:
         self.size = size
         self.op_timeout_s = op_timeout_s
         self.scheduled = scheduled
-        self.go = _CTX.Event()
+        # the race barrier: a pipe whose read end every worker inherits (see _pass_gate)
+        self._gate_r, self._gate_w = os.pipe()
+        os.set_blocking(self._gate_r, False)
+        self.go = self._gate_r
         self.slots: list[Worker] = []
         self.next_id = 0
         self.replaced = 0
@@ -242,6 +267,21 @@ class WorkerPool:
             w.conn.close()
         self.slots = []
         self._reader = None
+        for fd in (self._gate_r, self._gate_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._gate_r = self._gate_w = -1
+
+    def _drain_gate(self) -> None:
+        """Drop bytes left by racers that died before passing the last gate."""
+        while True:
+            try:
+                if not os.read(self._gate_r, 4096):
+                    return
+            except BlockingIOError:
+                return
 
     def slot_of(self, worker_id: int) -> int:
         """The slot a worker id runs in (0 if it was retired since)."""
@@ -353,7 +393,7 @@ class WorkerPool:
         if len({c.slot for c in calls}) != len(calls):
             raise ValueError("one call per worker slot in a round")
         barrier = len(calls) > 1 if barrier is None else barrier
-        self.go.clear()
+        self._drain_gate()
         pending: dict[int, tuple[PlannedCall, Op]] = {}
         created: list[Op] = []
         for call in calls:
@@ -378,7 +418,7 @@ class WorkerPool:
                     op.complete_ns = time.monotonic_ns()
                     del pending[slot]
                     self.replace(slot)
-            self.go.set()
+            os.write(self._gate_w, b"g" * len(pending))  # open the gate for all at once
         if controlled and pending:
             self._scheduled_round(pending, chooser)
             return created

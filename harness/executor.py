@@ -302,6 +302,10 @@ class Executor:
             if "salvaged" in self.capabilities:
                 self._one(1, "salvaged", "auditor", task_id=tid)
         self._step_checkpoint({"reader": False})
+        if "wal-file" in self.capabilities:  # PRAGMA integrity_check, in a separate process
+            from .nemesis import integrity_probe
+
+            integrity_probe(self)
 
     def _step_fault(self, s: dict[str, Any]) -> None:
         if self.nemesis is None:

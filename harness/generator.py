@@ -35,6 +35,7 @@ class Context(Protocol):
     workers: int
     faults: tuple[str, ...]
     mode: str
+    stopping: bool
 
     def new_executor(self) -> Executor: ...
 
@@ -65,6 +66,8 @@ class FerryMachine(RuleBasedStateMachine):
         self._pct_seeds.extend(seeds)
 
     def _do(self, step: dict[str, Any]) -> None:
+        if self.ctx.stopping:
+            return  # Ctrl-C: let Hypothesis finish this example quickly, doing nothing
         if self.ctx.mode == "schedule" and step["kind"] in RACES:
             # PCT's random priorities and change points, drawn so Hypothesis controls them
             step["pct"] = (self._pct_seeds.pop() if self._pct_seeds
@@ -157,7 +160,7 @@ class FerryMachine(RuleBasedStateMachine):
         self._do(step)
 
     def teardown(self):
-        if self.failed:
+        if self.failed or self.ctx.stopping:
             return
         found = self.ex.finish()
         if found:
