@@ -1009,9 +1009,9 @@ class _Progress:
             elif phase in ("dispatch", "drain"):
                 self.live.update(self.current, total=s["tasks"], completed=s["done"],
                                  description=f"{s['label']} {phase}")
-            elif phase == "ceiling":
-                self.live.update(self.current, total=None, completed=0,
-                                 description=f"ceiling ({s['label']})")
+            elif phase == "ceiling":  # no count: a fresh indeterminate bar
+                self.live.remove_task(self.current)
+                self.current = self.live.add_task(f"ceiling ({s['label']})", total=None)
             return
         now = time.monotonic()
         if phase == "result":
