@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # queue_deadline = queued_at + queue_ttl_ms, kept as a column so the sweep can use an index.
 # pending_deps counts dependencies not yet COMPLETED, so readiness is one indexed predicate.
@@ -77,6 +77,33 @@ CREATE TRIGGER IF NOT EXISTS claim_token_history
 BEGIN
     INSERT INTO claim_tokens(token, task_id, agent_id, issued_at)
     VALUES (NEW.claim_token, NEW.task_id, NEW.claimed_by, NEW.claimed_at);
+END;
+"""
+
+# Version 2: the bookkeeping that follows a holder's write happens in the same statement,
+# so fulfill and release are one autocommit UPDATE (the write lock is held for one step).
+V2_DDL = """
+CREATE TRIGGER IF NOT EXISTS claim_token_retired
+    AFTER UPDATE OF claim_token ON tasks
+    WHEN OLD.claim_token IS NOT NULL AND NEW.claim_token IS NULL
+BEGIN
+    UPDATE claim_tokens SET
+        retired_why = CASE
+            WHEN NEW.status = 'COMPLETED' THEN 'complete'
+            WHEN NEW.status = 'FAILED' THEN 'fail'
+            WHEN NEW.release_count > OLD.release_count THEN 'release'
+            ELSE 'expiry' END,
+        retired_at = CASE
+            WHEN NEW.status IN ('COMPLETED', 'FAILED') THEN NEW.completed_at
+            ELSE NEW.queued_at END
+    WHERE token = OLD.claim_token AND retired_why IS NULL;
+END;
+CREATE TRIGGER IF NOT EXISTS completed_unblocks_dependents
+    AFTER UPDATE OF status ON tasks
+    WHEN NEW.status = 'COMPLETED' AND OLD.status <> 'COMPLETED'
+BEGIN
+    UPDATE tasks SET pending_deps = pending_deps - 1
+    WHERE task_id IN (SELECT task_id FROM task_deps WHERE depends_on = NEW.task_id);
 END;
 """
 

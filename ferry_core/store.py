@@ -22,13 +22,15 @@ from typing import Any
 from . import errors
 from .busy import POLICIES, BusyPolicy, make_busy_policy
 from .clock import Clock, SystemClock
-from .schema import DDL, OWN_TABLES, SCHEMA_VERSION
+from .schema import DDL, OWN_TABLES, SCHEMA_VERSION, V2_DDL
 from .types import CLAIMED, COMPLETED, SUBMITTED, Claim, Salvage, TaskView
 
 DEFAULT_QUEUE_TTL_MS = 3_600_000
 DEFAULT_EXEC_TTL_MS = 300_000
 CHECKPOINT_MODES = ("PASSIVE", "FULL", "RESTART", "TRUNCATE")
 STRATEGIES = ("cas", "immediate")
+WAL_LIMIT_BYTES = 8 << 20  # reset the WAL past this; the stated bound is 8x (64 MiB)
+WAL_CHECK_EVERY = 32  # committed writes between two looks at the -wal size
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _VIEW_COLUMNS = """
@@ -110,6 +112,7 @@ class LeaseStore:
         max_extends: int = 5,
         max_releases: int = 3,
         busy_policy: str | BusyPolicy = "hybrid",
+        wal_limit_bytes: int = WAL_LIMIT_BYTES,
     ) -> None:
         if claim_strategy not in STRATEGIES:
             raise errors.InvalidArgument(
@@ -122,6 +125,8 @@ class LeaseStore:
         self.busy_timeout_ms = _non_negative_int("busy_timeout_ms", busy_timeout_ms)
         self.max_extends = _non_negative_int("max_extends", max_extends)
         self.max_releases = _non_negative_int("max_releases", max_releases)
+        self.wal_limit_bytes = _positive_int("wal_limit_bytes", wal_limit_bytes)
+        self._writes = 0
         if isinstance(busy_policy, str) and busy_policy not in POLICIES:
             raise errors.InvalidArgument(  # before the file is created or touched
                 f"busy_policy must be one of {sorted(POLICIES)}, got {busy_policy!r}")
@@ -161,11 +166,15 @@ class LeaseStore:
                     "network or read-only file system?"
                 )
             conn.execute("PRAGMA synchronous=NORMAL")
+            # when the WAL is reset, SQLite cuts the file back to this size (see _bound_wal)
+            conn.execute(f"PRAGMA journal_size_limit={self.wal_limit_bytes}")
             conn.execute("PRAGMA foreign_keys=ON")
-            if version == 0:
+            if version < SCHEMA_VERSION:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    self._create(conn)
+                    if version == 0:
+                        self._create(conn, DDL)
+                    self._create(conn, V2_DDL)  # 1 -> 2: the bookkeeping triggers
                     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                     conn.execute("COMMIT")
                 except BaseException:
@@ -181,10 +190,10 @@ class LeaseStore:
         return conn
 
     @staticmethod
-    def _create(conn: sqlite3.Connection) -> None:
+    def _create(conn: sqlite3.Connection, ddl: str) -> None:
         # executescript would COMMIT our BEGIN IMMEDIATE; run the DDL statement by statement.
         buf = ""
-        for line in DDL.splitlines(keepends=True):
+        for line in ddl.splitlines(keepends=True):
             if line.lstrip().startswith("--"):
                 continue
             buf += line
@@ -240,6 +249,29 @@ class LeaseStore:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             raise self._store_error(exc) from None
+        self._wrote()
+
+    def _wrote(self) -> None:
+        """Count a committed write; every so often keep the WAL bounded (see _bound_wal)."""
+        self._writes += 1
+        if self._writes % WAL_CHECK_EVERY == 0:
+            self._bound_wal()
+
+    def _bound_wal(self) -> None:
+        """Reset the WAL once it passes ``wal_limit_bytes``.
+
+        SQLite's automatic checkpoint is PASSIVE: with several processes reading all the
+        time some reader always pins the WAL, it is never reset, and the file grows with
+        every commit (measured: 550 MiB for 20,000 lifecycles on 8 workers). A RESTART
+        checkpoint waits (briefly, through the busy handler) for those readers, so the next
+        writer starts the WAL from the beginning, and journal_size_limit cuts the file.
+        """
+        try:
+            if os.path.getsize(self.path + "-wal") <= self.wal_limit_bytes:
+                return
+            self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+        except (OSError, sqlite3.Error):
+            pass  # busy: another process is checkpointing, or readers linger; next time
 
     def _now(self) -> int:
         now = self.clock()
@@ -411,6 +443,8 @@ class LeaseStore:
         ).fetchall()
         if len(rows) != 1:
             return None
+        if not conn.in_transaction:
+            self._wrote()  # an autocommit CAS: one committed write
         claimed_at, expires, attempt = rows[0]
         return Claim(task_id, agent_id, token, claimed_at, expires, attempt)
 
@@ -506,8 +540,10 @@ class LeaseStore:
         return rows[0]
 
     def _holder_write(self, op: str, task_id: str, agent_id: str, token: str | None,
-                      write, late_result: Any = None, has_late: bool = False) -> Any:
-        """Run the guard, then ``write(conn, row_token, now)`` in one short transaction.
+                      write, late_result: Any = None, has_late: bool = False,
+                      autocommit: bool = False) -> Any:
+        """Run the guard, then ``write(conn, row_token, now)``: in one short transaction, or
+        (``autocommit``) as a single conditional statement, its own transaction.
 
         ``write`` must repeat the guard in its WHERE clause and return None when it changed
         no row (someone else moved first); the guard is then re-read to name the refusal.
@@ -526,8 +562,16 @@ class LeaseStore:
                 if has_late:
                     self._keep_late_retired(task_id, agent_id, token, late_result, now)
                 raise
-            with self._tx() as conn:
-                out = write(conn, row[4], now)
+            if autocommit:
+                try:
+                    out = self._busy.run(lambda r=row: write(self._conn, r[4], now))
+                except sqlite3.Error as exc:
+                    raise self._store_error(exc) from None
+                if out is not None:
+                    self._wrote()
+            else:
+                with self._tx() as conn:
+                    out = write(conn, row[4], now)
             if out is not None:
                 return out
         raise errors.StoreError(f"{op} on task {task_id} kept racing; try again")
@@ -556,11 +600,6 @@ class LeaseStore:
         with self._tx() as conn:
             self._keep_late(conn, task_id, agent_id, token, result, now)
 
-    @staticmethod
-    def _retire(conn: sqlite3.Connection, token: str, now: int, why: str) -> None:
-        conn.execute(
-            "UPDATE claim_tokens SET retired_at=?, retired_why=? WHERE token=?", (now, why, token))
-
     _HOLDER_WHERE = (
         " WHERE task_id=:task_id AND status='CLAIMED' AND claim_token=:row_token"
         " AND lease_expires_at > :now"
@@ -576,16 +615,11 @@ class LeaseStore:
                 " claim_token=NULL" + self._HOLDER_WHERE,
                 {"task_id": task_id, "row_token": row_token, "now": now, "result": result_json},
             ).rowcount
-            if n != 1:
-                return None
-            self._retire(conn, row_token, now, "complete")
-            conn.execute(
-                "UPDATE tasks SET pending_deps = pending_deps - 1 WHERE task_id IN"
-                " (SELECT task_id FROM task_deps WHERE depends_on=?)", (task_id,))
-            return True
+            # one statement: triggers retire the token and unblock dependents
+            return True if n == 1 else None
 
         self._holder_write("fulfill", task_id, agent_id, token, write,
-                           late_result=result, has_late=True)
+                           late_result=result, has_late=True, autocommit=True)
 
     def fail(self, task_id: str, agent_id: str, token: str | None, reason: str) -> None:
         """CLAIMED -> FAILED; dependents fail with a reason naming this task."""
@@ -600,7 +634,6 @@ class LeaseStore:
             ).rowcount
             if n != 1:
                 return None
-            self._retire(conn, row_token, now, "fail")
             self._cascade(conn, now)
             return True
 
@@ -619,19 +652,18 @@ class LeaseStore:
                     f"task {task_id} was released {count} times (max_releases="
                     f"{self.max_releases}); fail it instead"
                 )
-            n = conn.execute(
+            n = conn.execute(  # one statement; a trigger retires the token
                 "UPDATE tasks SET status='SUBMITTED', claim_token=NULL, claimed_by=NULL,"
                 " claimed_at=NULL, lease_expires_at=NULL, extend_count=0,"
                 " release_count=release_count + 1, queued_at=:now,"
-                " queue_deadline=:now + queue_ttl_ms" + self._HOLDER_WHERE,
-                {"task_id": task_id, "row_token": row_token, "now": now},
+                " queue_deadline=:now + queue_ttl_ms" + self._HOLDER_WHERE
+                + " AND release_count < :max",
+                {"task_id": task_id, "row_token": row_token, "now": now,
+                 "max": self.max_releases},
             ).rowcount
-            if n != 1:
-                return None
-            self._retire(conn, row_token, now, "release")
-            return True
+            return True if n == 1 else None
 
-        self._holder_write("release", task_id, agent_id, token, write)
+        self._holder_write("release", task_id, agent_id, token, write, autocommit=True)
 
     def extend(self, task_id: str, agent_id: str, token: str | None) -> int:
         """Renew the lease to ``now + exec_ttl_ms``; returns the new expiry."""

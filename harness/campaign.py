@@ -404,11 +404,20 @@ def _simplifications(step: dict[str, Any]) -> list[dict[str, Any]]:
     then shorter schedules (a decision dropped, or the tail cut and left to the default
     order "lowest worker runs on")."""
     out = []
+
+    def two_racers(smaller: dict[str, Any]) -> list[dict[str, Any]]:
+        """With two racers left, a recorded schedule's later workers become worker 1."""
+        variants = [smaller]
+        if smaller.get("schedules"):
+            variants.append({**smaller, "schedules": [[min(p, 1) for p in r]
+                                                      for r in smaller["schedules"]]})
+        return variants
+
     for key in ("agents", "owners"):
         if len(step.get(key, [])) > 2:
-            out.append({**step, key: step[key][:2]})
+            out += two_racers({**step, key: step[key][:2]})
     if step.get("race", 1) > 2:
-        out.append({**step, "race": 2})
+        out += two_racers({**step, "race": 2})
     if step.get("deps"):
         out.append({**step, "deps": []})
     rounds = step.get("schedules")

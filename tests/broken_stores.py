@@ -24,7 +24,7 @@ from typing import Any
 
 from ferry_core import SCHEMA_VERSION, LeaseStore, errors
 from ferry_core.store import _GUARD_COLUMNS, _name, _positive_int, _to_json
-from ferry_core.types import CLAIMED, COMPLETED, Claim, TaskView
+from ferry_core.types import CLAIMED, Claim, TaskView
 
 # The racy stores sleep this long between their check and their write. On one machine the
 # window between two autocommit statements is a few microseconds, so a stress run would need
@@ -420,16 +420,10 @@ class DoubleFinishStore(LeaseStore):
             "fulfill", task_id, agent_id, token, lambda conn, row_token, now: (row_token, now),
             late_result=result, has_late=True)
         time.sleep(TOCTOU_WINDOW_S)  # widens the TOCTOU window (see TOCTOU_WINDOW_S)
-        with self._tx() as conn:
-            was = conn.execute("SELECT status FROM tasks WHERE task_id=?", (task_id,)).fetchall()
+        with self._tx() as conn:  # (triggers retire the token and unblock dependents once)
             conn.execute(  # BUG: should be "... AND status='CLAIMED' AND claim_token=?" + changes==1
                 "UPDATE tasks SET status='COMPLETED', result=?, completed_at=?, claim_token=NULL"
                 " WHERE task_id=?", (result_json, now, task_id))
-            self._retire(conn, row_token, now, "complete")
-            if was[0][0] != COMPLETED:  # bookkeeping kept exact: dependents count it once
-                conn.execute(
-                    "UPDATE tasks SET pending_deps = pending_deps - 1 WHERE task_id IN"
-                    " (SELECT task_id FROM task_deps WHERE depends_on=?)", (task_id,))
 
 
 def double_finish(path: str, *, clock) -> DoubleFinishStore:
@@ -504,11 +498,6 @@ class PinnedLeaseStore(LeaseStore):
                 "UPDATE tasks SET status='COMPLETED', result=?, completed_at=?, claim_token=NULL"
                 " WHERE task_id=? AND status='CLAIMED' AND claim_token=?",
                 (result_json, now, task_id, row_token)).rowcount
-            if n == 1:
-                self._retire(conn, row_token, now, "complete")
-                conn.execute(
-                    "UPDATE tasks SET pending_deps = pending_deps - 1 WHERE task_id IN"
-                    " (SELECT task_id FROM task_deps WHERE depends_on=?)", (task_id,))
         if n != 1:  # a racer with the same token finished first: the reference refusal
             super().fulfill(task_id, agent_id, token, result)
 
@@ -537,7 +526,7 @@ class UnfencedWriteStore(LeaseStore):
         result_json = _to_json("result", result)
         now = self._now()
         try:
-            row = self._guard(task_id, agent_id, token, now)
+            self._guard(task_id, agent_id, token, now)
         except errors.FerryError:  # the reference refusal (and late-result salvage)
             return super().fulfill(task_id, agent_id, token, result)
         time.sleep(TOCTOU_WINDOW_S)  # serialising the result (see TOCTOU_WINDOW_S)
@@ -546,11 +535,6 @@ class UnfencedWriteStore(LeaseStore):
                 "UPDATE tasks SET status='COMPLETED', result=?, completed_at=?, claim_token=NULL"
                 " WHERE task_id=? AND status='CLAIMED' AND lease_expires_at > ?",  # BUG: no token
                 (result_json, now, task_id, now)).rowcount
-            if n == 1:
-                self._retire(conn, row[4], now, "complete")
-                conn.execute(
-                    "UPDATE tasks SET pending_deps = pending_deps - 1 WHERE task_id IN"
-                    " (SELECT task_id FROM task_deps WHERE depends_on=?)", (task_id,))
         if n != 1:
             return super().fulfill(task_id, agent_id, token, result)
         return None

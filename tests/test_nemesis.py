@@ -41,11 +41,16 @@ class SlowCommitStore(LeaseStore):
                 yield conn
                 time.sleep(SLOW_S)
 
-        self._tx = slow_tx
+        plain_write = self._holder_write
+
+        def in_a_transaction(*args, **kw):  # fulfill is one autocommit UPDATE in LeaseStore
+            return plain_write(*args, **{**kw, "autocommit": False})
+
+        self._tx, self._holder_write = slow_tx, in_a_transaction
         try:
             return super().fulfill(task_id, agent_id, token, result)
         finally:
-            del self._tx
+            del self._tx, self._holder_write
 
 
 class SlowAfterGuardStore(LeaseStore):
