@@ -143,6 +143,7 @@ class Campaign:
         self.replayed_saved = 0
         self.from_database = False
         self.stopping = False
+        self.passes_seen: list[int] = []
         self._example_started = 0.0
         self.example_times: list[float] = []
 
@@ -162,11 +163,15 @@ class Campaign:
         self.progress(self.snapshot())
 
     def record_failure(self, ex: Executor, violations: list[Violation]) -> None:
+        if not self.failures:
+            self.detect_s = time.perf_counter() - self.t0
         self.failures.append(Failure(list(ex.steps), ex.history, violations))
         self._example_done()
 
     def record_pass(self, ex: Executor) -> None:
         self.passes = (self.passes + [ex.history])[-20:]
+        if not self.failures:
+            self.passes_seen.append(ex.example)
         self._example_done()
 
     def snapshot(self) -> dict[str, Any]:
@@ -321,7 +326,8 @@ class Campaign:
         if failure:
             report["violations"] = [violation_entry(v, failure, reproduced) for v in failure.violations]
             report["discovery"] = {"steps": len(self._smallest().steps),
-                                   "examples_until_found": stats.examples}
+                                   "seconds_to_detect": round(getattr(self, "detect_s", 0.0), 3),
+                                   "examples_until_found": len(self.passes_seen) + 1}
         return Outcome(verdict, report, Path(self.cfg.report_dir), failure, reproduced, stats, history)
 
 

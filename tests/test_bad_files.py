@@ -28,7 +28,7 @@ from harness.client import WorkerPool
 from harness.clock import SharedClock
 from harness.executor import Executor
 from harness.nemesis import integrity_probe
-from tests.test_cli import children_of
+from tests.procs import children_of
 
 PAGE = 4096
 

@@ -13,6 +13,7 @@ import pytest
 from ferry_core import LeaseStore
 from harness import bench
 from harness.cli import main
+from tests.procs import children_of
 
 RUN_KEYS = ("workers", "strategy", "busy_policy", "claims_per_s", "lifecycles_per_s",
             "latency_ms", "cas_miss_ratio", "busy_errors", "jain_fairness", "wal_bytes",
@@ -20,26 +21,10 @@ RUN_KEYS = ("workers", "strategy", "busy_policy", "claims_per_s", "lifecycles_pe
 TASKS = 200
 
 
-def children_of(pid: int) -> set[int]:
-    """Live direct children of ``pid``, from /proc (no psutil)."""
-    out = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.add(int(entry))
-    return out
-
-
 def assert_no_children_left(before: set[int]) -> None:
     deadline = time.monotonic() + 5
     while True:
-        left = children_of(os.getpid()) - before
+        left = set(children_of(os.getpid())) - before
         if not left and not multiprocess.active_children():
             return
         assert time.monotonic() < deadline, f"bench left processes behind: {sorted(left)}"
@@ -71,7 +56,7 @@ def empty_store(path: str, *, clock) -> LeaseStore:
 
 @pytest.fixture(scope="module")
 def small_result():
-    before = children_of(os.getpid())
+    before = set(children_of(os.getpid()))
     result = bench.run_bench(workers=[1, 3], strategies=["cas", "immediate"],
                              policies=["hybrid", "jitter", "stock"], tasks=TASKS,
                              ceiling_updates=2_000, ceiling_samples=1, timeout_s=60)
@@ -134,7 +119,7 @@ def test_report_without_matplotlib_skips_plots_with_a_note(small_result, tmp_pat
 
 
 def test_other_targets_are_measured_as_they_are():
-    before = children_of(os.getpid())
+    before = set(children_of(os.getpid()))
     res = bench.run_bench(f"{__name__}:stock_store", workers=[2], strategies=["immediate"],
                           policies=["jitter"], tasks=100, ceiling_updates=1_000,
                           ceiling_samples=1, timeout_s=60)
@@ -146,7 +131,7 @@ def test_other_targets_are_measured_as_they_are():
 
 
 def test_a_hanging_store_is_killed_at_the_timeout(tmp_path):
-    before = children_of(os.getpid())
+    before = set(children_of(os.getpid()))
     tgt = bench.resolve_target(f"{__name__}:hanging_store")
     t0 = time.monotonic()
     rec = bench.run_one(tgt, 2, bench.AS_IS, bench.AS_IS, 20, str(tmp_path), timeout_s=1.0)
@@ -157,7 +142,7 @@ def test_a_hanging_store_is_killed_at_the_timeout(tmp_path):
 
 def test_a_store_that_never_hands_out_tasks_stalls_and_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(bench, "STALL_S", 0.3)
-    before = children_of(os.getpid())
+    before = set(children_of(os.getpid()))
     tgt = bench.resolve_target(f"{__name__}:empty_store")
     rec = bench.run_one(tgt, 2, bench.AS_IS, bench.AS_IS, 20, str(tmp_path), timeout_s=20)
     assert "stalled" in rec["error"] and rec["claims"] == 0
@@ -176,7 +161,7 @@ def test_a_store_that_never_hands_out_tasks_stalls_and_says_so(monkeypatch, tmp_
     (["--tasks", "many"], "--tasks"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
-    before = children_of(os.getpid())
+    before = set(children_of(os.getpid()))
     assert main(["bench", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
@@ -184,7 +169,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
 
 
 def test_cli_end_to_end_writes_json(tmp_path, capsys):
-    before = children_of(os.getpid())
+    before = set(children_of(os.getpid()))
     out = tmp_path / "b.json"
     rc = main(["bench", "--workers", "2", "--strategy", "cas", "--busy-policy", "jitter",
                "--tasks", "100", "--json", str(out), "--quiet"])

@@ -14,24 +14,9 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from tests.procs import children_of
 
 REPORT_FILES = ("report.json", "report.md", "history.jsonl", "timeline.html")
-
-
-def children_of(pid: int) -> list[int]:
-    """Direct children of ``pid``, from /proc (no psutil)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(entry))
-    return out
 
 
 def test_fuzz_passes_and_writes_the_four_files(tmp_path, capsys):

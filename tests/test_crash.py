@@ -7,7 +7,7 @@ import os
 
 from harness.cli import main
 from harness.crash import Crash, CrashConfig
-from tests.test_cli import children_of
+from tests.procs import children_of
 
 
 def test_crash_smoke_on_the_reference_store(tmp_path, capsys):

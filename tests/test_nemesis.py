@@ -23,7 +23,7 @@ from harness.history import FAIL, INFO, OK
 from harness.nemesis import FAULTS, Nemesis, wal_writer
 from tests import broken_stores
 from tests.broken_stores import FAULT_BROKEN
-from tests.test_cli import children_of
+from tests.procs import children_of
 
 SLOW_S = 0.3
 HALF_US = int(SLOW_S * 1e6 / 2)
