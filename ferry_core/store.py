@@ -31,6 +31,7 @@ CHECKPOINT_MODES = ("PASSIVE", "FULL", "RESTART", "TRUNCATE")
 STRATEGIES = ("cas", "immediate")
 WAL_LIMIT_BYTES = 8 << 20  # reset the WAL past this; the stated bound is 8x (64 MiB)
 WAL_CHECK_EVERY = 32  # committed writes between two looks at the -wal size
+WAL_RESTART_WAIT_MS = 20  # how long a RESTART checkpoint may wait for readers to finish
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _VIEW_COLUMNS = """
@@ -269,7 +270,12 @@ class LeaseStore:
         try:
             if os.path.getsize(self.path + "-wal") <= self.wal_limit_bytes:
                 return
-            self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+            before = self._conn.execute("PRAGMA busy_timeout").fetchall()[0][0]
+            self._conn.execute(f"PRAGMA busy_timeout={WAL_RESTART_WAIT_MS}")  # readers are short
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout={before}")
         except (OSError, sqlite3.Error):
             pass  # busy: another process is checkpointing, or readers linger; next time
 
