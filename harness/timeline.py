@@ -240,6 +240,10 @@ def _bar(o: Op, x: float, w: float, y: float, t0: int, bad: set[int], hot: set[i
     start = (o.invoke_ns - t0) / 1000
     span = "open-ended" if o.complete_ns is None else f"{(o.complete_ns - o.invoke_ns) / 1000:.1f} µs"
     tip = f"{o.describe()}\nnow={o.now} · invoke +{start:.1f} µs · {span}"
+    if o.extra.get("sql"):  # schedule mode: this op's statements, in the order they ran
+        tip += "\nSQL (#seq, ⇢ = a switch to this worker):" + "".join(
+            f"\n  #{seq}{' ⇢' if switch else ''} {' '.join(str(sql).split())[:90]}"
+            for seq, sql, switch in o.extra["sql"])
     if o.round is not None or o.example is not None:
         tip += f" · example {o.example} round {o.round}"
     task = o.task_id

@@ -36,6 +36,7 @@ def test_two_statement_bug_minimal_schedule_replays_every_time(factory, invarian
     assert len({t["worker"] for t in v["schedule_trace"]}) == 2  # the two racers, in order
     md = (tmp_path / "r" / "report.md").read_text()
     assert "SQL statements in the order they ran" in md
+    assert "SQL (#seq" in (tmp_path / "r" / "timeline.html").read_text()  # per-op statements
     capsys.readouterr()
     assert main(["replay", str(tmp_path / "r")]) == 1
     assert "reproduced 10/10" in capsys.readouterr().out
