@@ -54,5 +54,3 @@ REFUSALS: tuple[type[FerryError], ...] = (
     InvalidArgument,
     StoreError,
 )
-
-BY_NAME: dict[str, type[FerryError]] = {cls.__name__: cls for cls in (FerryError, *REFUSALS)}

@@ -351,11 +351,7 @@ class LeaseStore:
 
     def sweep(self) -> int:
         """Apply every due expiry (SPEC §3); a read first, so an idle sweep writes nothing."""
-        now = self._now()
-        if not self._rows(self._DUE_SQL, (now, now))[0][0]:
-            return 0
-        with self._tx() as conn:
-            return self._apply_due(conn, now)
+        return self.sweep_at(self._now())
 
     def _apply_due(self, conn: sqlite3.Connection, now: int) -> int:
         """Inside a write transaction: apply due events in time order, cascading failures.

@@ -58,7 +58,7 @@ from typing import Any
 import multiprocess as mp
 
 from .client import HarnessError, _die_with_parent
-from .target import DEFAULT_TARGET, TargetError, load_factory
+from .target import DEFAULT_TARGET, TargetError, add_target_option, load_factory
 
 _CTX = mp.get_context("fork")
 
@@ -1083,8 +1083,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "(poll_next then fulfill) from one WAL database, for every combination of worker "
         "count, claim strategy and busy policy. --strategy and --busy-policy apply to "
         "ferry_core targets only; other stores are measured as they are.")
-    p.add_argument("--target", default=DEFAULT_TARGET, metavar="MODULE:FACTORY",
-                   help=f"store factory called as factory(path, clock=...) (default {DEFAULT_TARGET})")
+    add_target_option(p)
     p.add_argument("--workers", default=",".join(map(str, DEFAULT_WORKERS)), metavar="LIST",
                    help="comma-separated worker counts (default 1,2,4,8,16)")
     p.add_argument("--strategy", default="cas,immediate", metavar="LIST",

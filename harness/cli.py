@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .target import DEFAULT_TARGET, TargetError, load_factory
+from .target import TargetError, add_target_option, load_factory
 
 EXIT_OK, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 2
 
@@ -63,8 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Draw operations with Hypothesis, race them on real "
                           "worker processes, check every invariant after each step, and on a "
                           "violation shrink it to a minimal replayable example.")
-    fuzz.add_argument("--target", default=DEFAULT_TARGET, metavar="MODULE:FACTORY",
-                      help=f"store factory called as factory(path, clock=...) (default {DEFAULT_TARGET})")
+    add_target_option(fuzz)
     fuzz.add_argument("--workers", type=_positive_int, default=4, metavar="N",
                       help="worker processes racing on the database (default 4, at least 2)")
     group = fuzz.add_mutually_exclusive_group()

@@ -49,7 +49,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker_main(conn: Any, target: str, clock: SharedClock, go: Any, parent: int,
+def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, parent: int,
                  scheduled: bool = False) -> None:
     _die_with_parent()
     if os.getppid() != parent:  # the controller died before prctl took effect
@@ -81,7 +81,7 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, go: Any, parent: in
             _, op_id, op, args, agent, barrier, go_timeout, controlled = msg
             if barrier:
                 conn.send(("ready", op_id))
-                if not _pass_gate(go, go_timeout):
+                if not _pass_gate(gate_fd, go_timeout):
                     conn.send(("done", op_id, INFO, None, "BarrierTimeout",
                                "barrier never opened", 0, 0, clock()))
                     continue
@@ -216,7 +216,6 @@ class WorkerPool:
         # the race barrier: a pipe whose read end every worker inherits (see _pass_gate)
         self._gate_r, self._gate_w = os.pipe()
         os.set_blocking(self._gate_r, False)
-        self.go = self._gate_r
         self.slots: list[Worker] = []
         self.next_id = 0
         self.replaced = 0
@@ -240,7 +239,7 @@ class WorkerPool:
     def _spawn(self) -> Worker:
         parent_end, child_end = _CTX.Pipe()
         proc = _CTX.Process(target=_worker_main, daemon=True, name=f"ferry-worker-{self.next_id}",
-                            args=(child_end, self.target, self.clock, self.go, os.getpid(),
+                            args=(child_end, self.target, self.clock, self._gate_r, os.getpid(),
                                   self.scheduled))
         proc.start()
         child_end.close()

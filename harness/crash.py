@@ -54,7 +54,7 @@ from .clock import SharedClock
 from .history import INFO, OK, History, Op
 from .model import _j
 from .nemesis import TimedKill, draw_delay_ns, holds_wal_write_lock, stop
-from .target import DEFAULT_TARGET, load_factory
+from .target import DEFAULT_TARGET, add_target_option, load_factory
 
 START_MS = 1_000_000_000
 QUEUE_TTL_MS = 1_000_000_000  # tasks never time out in the queue during a campaign
@@ -592,8 +592,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                    help="rounds of W lifecycles each (default 1000)")
     p.add_argument("--workers", type=_positive_int, default=4, metavar="W",
                    help="worker processes (default 4, at least 2)")
-    p.add_argument("--target", default=DEFAULT_TARGET, metavar="MODULE:FACTORY",
-                   help=f"store factory called as factory(path, clock=...) (default {DEFAULT_TARGET})")
+    add_target_option(p)
     p.add_argument("--seed", type=int, default=0, help="seed for victims and kill timing (default 0)")
     p.add_argument("--kill-rate", type=_rate, default=0.35, metavar="P",
                    help="fraction of rounds in which one worker is killed (default 0.35)")

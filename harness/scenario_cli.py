@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .target import DEFAULT_TARGET, load_factory
+from .target import add_target_option, load_factory
 
 EXIT_OK, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 2
 STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow", "error": "bold red"}
@@ -38,8 +38,7 @@ def register(sub: Any) -> dict[str, Any]:
         epilog="Exit codes: 0 all passed, 1 a scenario failed, 2 usage error.")
     p.add_argument("names", nargs="*", metavar="NAME",
                    help="scenarios to run (default: all; see --list)")
-    p.add_argument("--target", default=DEFAULT_TARGET, metavar="MODULE:FACTORY",
-                   help=f"store factory called as factory(path, clock=...) (default {DEFAULT_TARGET})")
+    add_target_option(p)
     p.add_argument("--workers", type=_positive_int, default=4, metavar="N",
                    help="worker processes (default 4, at least 2; races use all of them)")
     p.add_argument("--report-dir", default=None, metavar="DIR",

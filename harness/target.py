@@ -12,6 +12,13 @@ from typing import Any
 DEFAULT_TARGET = "ferry_core:LeaseStore"
 
 
+def add_target_option(parser: Any) -> None:
+    """The ``--target`` option, worded the same for every subcommand that takes one."""
+    parser.add_argument(
+        "--target", default=DEFAULT_TARGET, metavar="MODULE:FACTORY",
+        help=f"store factory called as factory(path, clock=...) (default {DEFAULT_TARGET})")
+
+
 class TargetError(Exception):
     """The target path or factory is unusable (a usage error: exit code 2)."""
 
