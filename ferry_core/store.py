@@ -102,6 +102,9 @@ class LeaseStore:
     Construct one per process (or thread); every instance opens its own connection.
     """
 
+    #: Stricter than SPEC §9 requires, so ferry holds this store to both (harness.ops).
+    ferry_declares = frozenset({"holder-binding", "refusal-order"})
+
     def __init__(
         self,
         path: str,

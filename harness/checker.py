@@ -8,6 +8,7 @@ executor attaches to ops as ``extra``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -31,6 +32,8 @@ INVARIANTS: dict[str, str] = {
     "idle-no-write": "idle polls and reads append nothing to the WAL",
     "linearizable": "every concurrent history has a legal sequential order",
     "typed-errors": "every refusal is a SPEC §7 error class (ferry's addition)",
+    "refusal-class": "a refusal names a check that really failed (ferry's addition)",
+    "refusal-order": "a refusal names the first failing check (only when declared)",
     "integrity": "PRAGMA integrity_check is ok after faults (ferry's addition)",
 }
 
@@ -49,6 +52,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "idle-no-write": ("poll_next", "wal-file"),
     "linearizable": ("dispatch", "claim|poll_next"),
     "typed-errors": (),
+    "refusal-class": ("dispatch", "claim|poll_next", "fulfill", "typed-refusals"),
+    "refusal-order": ("dispatch", "claim|poll_next", "fulfill", "refusal-order"),
     "integrity": ("wal-file",),
 }
 
@@ -102,6 +107,8 @@ class Checker:
         fresh = ops if new_ops is None else new_ops
         out: list[Violation] = []
         out += self._faults(fresh)
+        out += self._double_wins(ops, fresh)
+        out += self._secrets(ops, fresh)
         out += self._linearizable(ops, fresh)
         out += self._tokens(ops, fresh)
         out += self._dag(ops, fresh)
@@ -110,7 +117,7 @@ class Checker:
         out += self._inspect(ops, fresh)
         out += self._ready_refused(ops, fresh)
         out += self._cascade(ops, fresh)
-        return out
+        return first_fact_first(out)
 
     # ----------------------------------------------------------------- per object
     def _linearizable(self, ops: list[Op], fresh: list[Op]) -> list[Violation]:
@@ -138,6 +145,74 @@ class Checker:
         return out
 
     # ----------------------------------------------------------------- global rules
+    def _double_wins(self, ops: list[Op], fresh: list[Op]) -> list[Violation]:
+        """Two concurrent claims of one task that both won, with neither lease over at the
+        other's instant and nothing done with either token in between: two live holders,
+        whatever order the search would try (``single-winner``, named before the search)."""
+        out = []
+        fresh_claims = self._claims(fresh)
+        if not fresh_claims:
+            return out
+        by_task: dict[str, list[Op]] = {}
+        for o in self._claims(ops):
+            by_task.setdefault(o.value.get("task_id"), []).append(o)
+        used: dict[str, int] = {}  # token -> earliest invoke of an op that presented it
+        for o in ops:
+            token = o.args.get("token")
+            if token is not None and o.type != FAIL:
+                used[token] = min(used.get(token, o.invoke_ns), o.invoke_ns)
+        reported: set[str] = set()
+        for c2 in fresh_claims:
+            tid = c2.value.get("task_id")
+            if tid in reported:
+                continue
+            for c1 in by_task.get(tid, []):
+                if c1.index == c2.index or not _concurrent(c1, c2):
+                    continue
+                if not (_lease_covers(c1, c2.now) and _lease_covers(c2, c1.now)):
+                    continue
+                end = max(c1.complete_ns or 0, c2.complete_ns or 0)
+                if any(used.get(c.value.get("token"), end) < end for c in (c1, c2)):
+                    continue
+                first, second = sorted((c1, c2), key=lambda o: o.index)
+                out.append(Violation(
+                    "single-winner",
+                    f"task {tid} has two live holders: {first.agent!r} (op #{first.index}, lease "
+                    f"until {first.value.get('lease_expires_at')}) and {second.agent!r} (op "
+                    f"#{second.index}) both won concurrent claims at t={second.now}. A race on "
+                    "one ready task has exactly one winner; likely fix: take the task in one "
+                    "atomic statement (UPDATE … WHERE status='SUBMITTED', success iff one row "
+                    "changed) or one BEGIN IMMEDIATE transaction, never select-then-update",
+                    ops=[first.index, second.index], detail={"object": f"task:{tid}"}))
+                reported.add(tid)
+                break
+        return out
+
+    @staticmethod
+    def _secrets(ops: list[Op], fresh: list[Op]) -> list[Violation]:
+        """No issued token appears anywhere in a read's value (``token-unique``: views never
+        carry a token, SPEC §4), whatever the field is called."""
+        reads = [o for o in fresh if o.op in ("get", "inspect", "salvaged") and o.type == OK]
+        if not reads:
+            return []
+        # a receipt that is the task's own id (some queues) is public, not a secret
+        tokens = {o.value["token"]: o for o in Checker._claims(ops)
+                  if isinstance(o.value.get("token"), str) and len(o.value["token"]) >= 8
+                  and o.value["token"] != o.value.get("task_id")}
+        out = []
+        for r in reads:
+            text = json.dumps(r.value, default=str)
+            for token, claim in tokens.items():
+                if token in text and claim.index < r.index:
+                    out.append(Violation(
+                        "token-unique",
+                        f"{r.op} returned the claim token {token[:8]}… issued to "
+                        f"{claim.agent!r} for task {claim.value.get('task_id')} (op "
+                        f"#{claim.index}): read APIs never carry a token, under any field name",
+                        ops=[claim.index, r.index]))
+                    break
+        return out
+
     @staticmethod
     def _claims(ops: Iterable[Op]) -> list[Op]:
         return [o for o in ops if o.op in ("claim", "poll_next") and o.type == OK and o.value]
@@ -383,6 +458,27 @@ class Checker:
             for o in fresh
             if o.type == INFO and o.error and o.note is None and o.error != "BarrierTimeout"
         ]
+
+
+def _concurrent(a: Op, b: Op) -> bool:
+    return a.invoke_ns < (b.complete_ns or 0) and b.invoke_ns < (a.complete_ns or 0)
+
+
+def _lease_covers(claim: Op, now: int) -> bool:
+    expires = claim.value.get("lease_expires_at")
+    return not isinstance(expires, int) or claim.now <= now < expires
+
+
+# How specific an invariant's name is: the generic search verdict comes last.
+_GENERIC = frozenset({"linearizable"})
+
+
+def first_fact_first(violations: list[Violation]) -> list[Violation]:
+    """Order violations so a specific name leads (the report names the run by the first):
+    the checks run most-specific first (fault probes, two live holders, leaked tokens, the
+    model's per-object verdicts, global rules), and the generic ``linearizable`` verdict
+    goes last."""
+    return sorted(violations, key=lambda v: v.invariant in _GENERIC)
 
 
 def refusals(history: History) -> dict[str, int]:

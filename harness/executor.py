@@ -25,6 +25,7 @@ from .clock import SharedClock
 from .history import OK, History, Op
 
 LOCK_NAME = "ferry-daemon"
+_SETTLE_POLLS = 50  # polls before an idle probe, each may take a ready task
 START_MS = 1_000_000_000
 
 
@@ -252,11 +253,21 @@ class Executor:
         self._one(1, s["op"], s.get("owner", "observer"), **args)
 
     def _step_idle_poll(self, s: dict[str, Any]) -> None:
-        """Sweep, then poll: if nothing came back the poll was idle and must not write."""
+        """Settle, then poll: if nothing came back the poll was idle and must not write.
+
+        Settling makes the measured poll idle by construction (SPEC §9: a poll that applies
+        a due expiry or claims a task has work to do and may write): sweep where the store
+        has it, then poll until a poll comes back empty, all at one frozen instant."""
         if "wal-file" not in self.capabilities:
             return
         if "sweep" in self.capabilities:
             self._one(0, "sweep", "janitor")
+        for _ in range(_SETTLE_POLLS):
+            settle = self._one(0, "poll_next", "idle-probe")
+            if settle.type != OK or settle.value is None:
+                break
+        else:
+            return  # still claiming work: no idle instant to measure
         before = self.pool.wal_size()
         op = self._one(0, "poll_next", "idle-probe")
         op.extra.update(wal_before=before, wal_after=self.pool.wal_size(),

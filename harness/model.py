@@ -40,17 +40,21 @@ class ModelConfig:
     # SPEC behaviours a target may lack (harness.ops.FEATURES); a full SPEC store has all.
     leases: bool = True  # "lease": claims expire at claimed_at + exec_ttl_ms (harness clock)
     queue_ttl: bool = True  # "queue-ttl": waiting tasks time out after queue_ttl_ms
-    holder_binding: bool = True  # "holder-binding": another agent is refused, even with the token
     results: bool = True  # "results": get shows the accepted result
     limits: bool = True  # "limits": max_releases / max_extends / the extend cap
-    typed_refusals: bool = True  # "typed-refusals": the refusal class names the failed guard
+    typed_refusals: bool = True  # "typed-refusals": the refusal class names a failed guard
+    # Stricter choices than SPEC (harness.ops.STRICT_CHOICES): checked only when declared.
+    holder_binding: bool = False  # "holder-binding": another agent is refused, even with the token
+    refusal_order: bool = False  # "refusal-order": the FIRST failing check of SPEC §5 names it
 
     def for_capabilities(self, caps: Any) -> ModelConfig:
-        """This config, holding the target only to the SPEC features it declares."""
+        """This config, holding the target only to the SPEC features it has and the
+        stricter choices it declares."""
         caps = set(caps)
         return replace(self, leases="lease" in caps, queue_ttl="queue-ttl" in caps,
                        holder_binding="holder-binding" in caps, results="results" in caps,
-                       limits="limits" in caps, typed_refusals="typed-refusals" in caps)
+                       limits="limits" in caps, typed_refusals="typed-refusals" in caps,
+                       refusal_order="refusal-order" in caps)
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,11 @@ class TaskState:
     result: str | None = None  # JSON text of the accepted result
     tokens: frozenset[str] = frozenset()  # every token issued for this task
     lapsed: tuple[str, str] | None = None  # (holder, token) of a lease ended by time
-    salvage: tuple[tuple[str, str, str], ...] = ()  # (kind, agent, JSON) expected in salvaged()
+    late: frozenset[str] = frozenset()  # every token whose lease ended by time (not released)
+    # what salvaged() must hold, in append order: (kind, agent, JSON of the kept value,
+    # required). A required entry must be there; an optional one (a late result SPEC lets a
+    # store keep or not) may be. SPEC §9 leaves the entry's shape to the store.
+    salvage: tuple[tuple[str, str, str, bool], ...] = ()
     cascaded: bool = False  # FAILED by a dependency, possibly not yet swept by the store
     seen: bool = False  # a read showed the store's row in a terminal state
 
@@ -131,11 +139,13 @@ def advance(st: TaskState, now: int) -> TaskState:
         if st.status == CLAIMED and st.expires is not None and now >= st.expires:
             when = st.expires
             lapsed = (st.holder, st.token)
+            late = st.late | {st.token} if st.token else st.late
             if st.attempt < st.max_attempts:
                 st = replace(st, status=SUBMITTED, queued_at=when, holder=None, token=None,
-                             expires=None, extend_count=0, lapsed=lapsed)
+                             expires=None, extend_count=0, lapsed=lapsed, late=late)
             else:
-                st = replace(st, status=TIMED_OUT, holder=None, token=None, lapsed=lapsed)
+                st = replace(st, status=TIMED_OUT, holder=None, token=None, lapsed=lapsed,
+                             late=late)
             continue
         if st.status == SUBMITTED and st.deadline is not None and now >= st.deadline:
             st = replace(st, status=TIMED_OUT)
@@ -147,57 +157,88 @@ def _ready_for(st: TaskState, agent: str) -> bool:
     return st.status == SUBMITTED and (st.target is None or st.target == agent)
 
 
-def _guard_failures(st: TaskState, agent: str, token: str | None, cfg: ModelConfig) -> list[str]:
-    """Every SPEC §5 check that fails, in SPEC order (first = what ferry_core raises)."""
+def _guard_failures(st: TaskState, agent: str, token: str | None,
+                    cfg: ModelConfig) -> tuple[list[str], set[str]]:
+    """The SPEC §5 checks that fail, in SPEC order, and the classes a store *may* refuse
+    with although acceptance is legal too (another agent presenting the live token: SPEC §9
+    lets a store bind claims to agents or not)."""
     fails: list[str] = []
+    may: set[str] = set()
     if st.target is not None and st.target != agent:
         fails.append("PermissionDenied")
     if st.status != CLAIMED:
         fails.append("WrongState")
         if st.lapsed is not None:
             fails.append("LeaseExpired")  # the row may not be swept yet
-        return fails
-    bound = cfg.holder_binding
-    if bound and agent != st.holder:
-        fails += ["PermissionDenied", "InvalidToken"]
+        # the row holds no live token, so the token check fails too (SPEC §9: any order)
+        if token is None:
+            fails.append("TokenRequired")
+        else:
+            fails.append("InvalidToken")
+        return fails, may
+    if token is not None and token in st.late:
+        may.add("LeaseExpired")  # this token's own lease did end (the task was claimed again)
+    if agent != st.holder:
+        if cfg.holder_binding:
+            fails += ["PermissionDenied", "InvalidToken"]
+        else:
+            may.add("PermissionDenied")
     if token is None:
-        if cfg.strict_tokens or (bound and agent != st.holder):
+        if cfg.strict_tokens or (cfg.holder_binding and agent != st.holder):
             fails.append("TokenRequired")
     elif token != st.token:
         fails.append("InvalidToken")
-    return fails
+    return fails, may
 
 
-def _accepted_wrongly(st: TaskState, op: Op) -> tuple[str, str]:
+def _accepted_wrongly(st: TaskState, op: Op, cfg: ModelConfig) -> tuple[str, str]:
     """Name the invariant an accepted-but-illegal holder op breaks."""
     token = op.args.get("token")
+    short = f"{token[:8]}…" if isinstance(token, str) else repr(token)
     if st.lapsed is not None and st.status != CLAIMED and token == st.lapsed[1]:
         return "lease-half-open", (
-            f"{op.op} accepted at t={op.now} although the lease of token {token[:8]}… ended "
-            f"(half-open: the holder loses at lease_expires_at)")
+            f"{op.op} of task {st.task_id} accepted at t={op.now} although the lease of token "
+            f"{short} ended (half-open: the holder loses at lease_expires_at)")
     if token is not None and token in st.tokens and token != st.token:
         return "token-unique", (
-            f"{op.op} accepted a retired token {token[:8]}… (replay); current holder "
-            f"{st.holder!r}, status {st.status}")
+            f"{op.op} of task {st.task_id} accepted a retired token {short} (replay); current "
+            f"holder {st.holder!r}, status {st.status}: a released or expired token must be "
+            "refused with InvalidToken forever")
     if st.status in TERMINAL:
-        return "no-lost-task", f"{op.op} changed a task in terminal state {st.status}"
+        return "no-lost-task", (
+            f"{op.op} changed task {st.task_id} in terminal state {st.status}: nothing leaves "
+            "COMPLETED, FAILED or TIMED_OUT")
     if st.status != CLAIMED:
-        return "holder-guard", f"{op.op} accepted on a {st.status} task"
+        return "holder-guard", f"{op.op} accepted on task {st.task_id} in state {st.status}"
+    if st.target is not None and st.target != op.agent:
+        return "holder-guard", (
+            f"{op.op} of task {st.task_id} by {op.agent!r} accepted; the task is for "
+            f"{st.target!r} (PermissionDenied expected)")
+    if token == st.token:
+        return "holder-guard", (
+            f"{op.op} of task {st.task_id} by {op.agent!r} with the holder's token accepted, "
+            f"but the claim is {st.holder!r}'s and the store declares holder-binding")
+    what = "no token" if token is None else f"token {short}, not the current one"
     return "holder-guard", (
-        f"{op.op} by {op.agent!r} with token {token!r:.12} accepted; the holder is "
-        f"{st.holder!r} with another token")
+        f"{op.op} of task {st.task_id} by {op.agent!r} with {what} was accepted; the "
+        f"holder is {st.holder!r} (only the current token may change a claimed task)")
 
 
 def _claim_value_ok(st: TaskState, op: Op, claim: dict[str, Any]) -> str | None:
-    if claim.get("task_id") != st.task_id:
-        return f"claim returned task {claim.get('task_id')!r}, asked for {st.task_id!r}"
+    tid = st.task_id
+    if claim.get("task_id") != tid:
+        return f"claim returned task {claim.get('task_id')!r}, asked for {tid!r}"
     if claim.get("claimed_at") != op.now:
-        return f"claimed_at {claim.get('claimed_at')} != clock {op.now}"
+        return (f"the claim of task {tid} says claimed_at={claim.get('claimed_at')}, but the "
+                f"clock read {op.now} (times come from the injected clock)")
     if st.exec_ttl is not None and claim.get("lease_expires_at") != op.now + st.exec_ttl:
-        return (f"lease_expires_at {claim.get('lease_expires_at')} != now + exec_ttl_ms = "
+        return (f"the claim of task {tid} at t={op.now} has lease_expires_at="
+                f"{claim.get('lease_expires_at')}, expected claimed_at + exec_ttl_ms = "
                 f"{op.now + st.exec_ttl}")
     if claim.get("attempt") not in (None, st.attempt + 1):
-        return f"attempt {claim.get('attempt')} != {st.attempt + 1}"
+        return (f"the claim of task {tid} by {op.agent!r} says attempt "
+                f"{claim.get('attempt')}, but it is claim number {st.attempt + 1} of this task "
+                "(attempt counts claims): a claim that did not see an earlier one")
     return None
 
 
@@ -239,46 +280,68 @@ def _do_claim(st: TaskState, op: Op, claim: dict[str, Any] | None, cfg: ModelCon
         attempt=st.attempt + 1, extend_count=0, tokens=st.tokens | {token}, lapsed=None))
 
 
-def _late_salvage(st: TaskState, op: Op) -> TaskState:
-    """A refused fulfill by the holder whose lease ended keeps its result (SPEC §4)."""
+def _late_salvage(st: TaskState, op: Op, cfg: ModelConfig) -> TaskState:
+    """A late result kept as salvage (SPEC §4). Required when the lapsed lease's token was
+    refused with ``LeaseExpired`` by its holder (any agent, for bearer tokens); optional
+    for any other token whose lease ended by time (the store applied the expiry, or the
+    task was claimed again, and refused otherwise), and for a late ``fail``'s reason
+    (SPEC §9: a store may keep those too)."""
     token = op.args.get("token")
-    if op.op == "fulfill" and st.lapsed is not None and st.lapsed == (op.agent, token):
-        return replace(st, salvage=st.salvage + (("late_result", op.agent, _j(op.args.get("result"))),))
-    return st
+    if token not in st.late or op.op not in ("fulfill", "fail"):
+        return st
+    current = st.lapsed is not None and token == st.lapsed[1]
+    holder = current and (op.agent == st.lapsed[0] or not cfg.holder_binding)
+    required = op.op == "fulfill" and op.error == "LeaseExpired" and holder
+    value = op.args.get("result") if op.op == "fulfill" else op.args.get("reason")
+    kind = "late_result" if op.op == "fulfill" else "late_failure"
+    return replace(st, salvage=st.salvage + ((kind, op.agent, _j(value), required),))
 
 
 def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
     token = op.args.get("token")
-    fails = _guard_failures(st, op.agent, token, cfg)
+    fails, may = _guard_failures(st, op.agent, token, cfg)
     if op.type == OK:
         if fails:
-            inv, why = _accepted_wrongly(st, op)
+            inv, why = _accepted_wrongly(st, op, cfg)
             return _illegal(st, inv, why)
         return _apply_holder(st, op, cfg)
     # a refusal
     err = op.error
+    limit = _limit_reason(st, op, cfg)
+    if limit:
+        fails = fails + ["LimitExceeded"]
+    if op.op == "fail" and not str(op.args.get("reason", "") or "").strip():
+        fails = fails + ["InvalidArgument"]
+    if err in may:
+        return _legal(_late_salvage(st, op, cfg))
     if not fails:
-        limit = _limit_reason(st, op, cfg)
-        if limit and err == "LimitExceeded":
-            return _legal(st)
-        if err == "InvalidArgument" and op.op == "fail" and not str(op.args.get("reason", "")).strip():
-            return _legal(st)
         if err == "LeaseExpired":
             return _illegal(st, "lease-half-open", (
-                f"{op.op} refused with LeaseExpired at t={op.now}, but the lease runs until "
-                f"{st.expires} (half-open: the holder still wins at expires-1)"))
+                f"{op.op} of task {st.task_id} refused with LeaseExpired at t={op.now}, but the "
+                f"lease runs until {st.expires} (half-open: the holder still wins at expires-1)"))
         return _illegal(st, "holder-guard", (
-            f"{op.op} by the holder with the current token was refused with {err} at t={op.now}"))
+            f"{op.op} of task {st.task_id} by the holder {op.agent!r} with the current token "
+            f"was refused with {err} at t={op.now}; every check of SPEC §5 passes"))
     if err in fails or not cfg.typed_refusals:  # untyped: any refusal class will do
-        return _legal(_late_salvage(st, op))
+        # SPEC §5 order; a lapsed lease's row may or may not be swept yet (WrongState or
+        # LeaseExpired first)
+        first = {fails[0]} | ({"LeaseExpired"} if fails[0] == "WrongState" and st.lapsed else set())
+        if cfg.refusal_order and cfg.typed_refusals and err not in first:
+            return _illegal(st, "refusal-order", (
+                f"{op.op} of task {st.task_id} refused with {err}; the store declares "
+                f"refusal-order, and the first failing check in SPEC §5 order is {fails[0]} "
+                f"(all failing: {fails})"))
+        return _legal(_late_salvage(st, op, cfg))
     if st.lapsed is not None:
         live = replace(st, status=CLAIMED, holder=st.lapsed[0], token=st.lapsed[1])
-        if err in _guard_failures(live, op.agent, token, cfg):
+        if err in _guard_failures(live, op.agent, token, cfg)[0]:
             return _illegal(st, "lease-half-open", (
-                f"{op.op} at t={op.now} was refused with {err} as if the lease were still "
-                "live; it ended at lease_expires_at (half-open), so SPEC expects LeaseExpired"))
-    return _illegal(st, "holder-guard", (
-        f"{op.op} refused with {err}; SPEC expects one of {sorted(set(fails))}"))
+                f"{op.op} of task {st.task_id} at t={op.now} was refused with {err} as if the "
+                "lease were still live; it ended at lease_expires_at (half-open), so SPEC "
+                "expects LeaseExpired"))
+    return _illegal(st, "refusal-class", (
+        f"{op.op} of task {st.task_id} refused with {err}, but that check passes; the "
+        f"checks that fail are {sorted(set(fails))} (a refusal must name one of them)"))
 
 
 def _limit_reason(st: TaskState, op: Op, cfg: ModelConfig) -> str | None:
@@ -316,7 +379,8 @@ def _apply_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
             return _illegal(st, "lease-half-open", f"extend returned {op.value}, expected {want}")
         return _legal(replace(st, expires=want, extend_count=st.extend_count + 1))
     if op.op == "salvage":
-        return _legal(replace(st, salvage=st.salvage + (("partial", op.agent, _j(op.args.get("partial"))),)))
+        entry = ("partial", op.agent, _j(op.args.get("partial")), True)
+        return _legal(replace(st, salvage=st.salvage + (entry,)))
     raise ValueError(op.op)
 
 
@@ -331,6 +395,27 @@ def _effective_status(view: dict[str, Any], st: TaskState, now: int) -> str:
     return advance(as_read, now).status
 
 
+def _counters_differ(view: dict[str, Any], st: TaskState, cfg: ModelConfig) -> str | None:
+    """A view's counters and lease end against the model (only the fields it shows).
+
+    ``extend_count`` counts per claim, so it is compared only while the task is CLAIMED;
+    ``attempt`` (claims so far) and ``release_count`` always."""
+    want: dict[str, Any] = {"attempt": st.attempt}
+    if cfg.limits:
+        want["release_count"] = st.release_count
+    if st.status == CLAIMED and not view.get("is_logically_expired"):
+        if cfg.limits:
+            want["extend_count"] = st.extend_count
+        if st.expires is not None and st.exec_ttl not in (None, UNKNOWN_TTL):
+            want["lease_expires_at"] = st.expires
+    for key, value in want.items():
+        got = view.get(key, value)
+        if got != value and not (got is None and value == 0):
+            return (f"{key} is {got!r}, the model says {value!r} (a refused call changed it, "
+                    "or the store counts it differently)")
+    return None
+
+
 def _do_get(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
     view = op.value or {}
     status = _effective_status(view, st, op.now)
@@ -341,11 +426,22 @@ def _do_get(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
             f"get({st.task_id}) at t={op.now} shows a live lease until "
             f"{view.get('lease_expires_at')}; a lease is over at lease_expires_at (half-open)"))
     if status != st.status:
+        if (view.get("status") == SUBMITTED and st.status == TIMED_OUT
+                and not view.get("is_logically_expired")
+                and st.deadline is not None and op.now >= st.deadline):
+            return _illegal(st, "lease-half-open", (
+                f"get({st.task_id}) at t={op.now} shows SUBMITTED without "
+                f"is_logically_expired, but its queue window ended at {st.deadline}: views of "
+                "a SUBMITTED task past queued_at + queue_ttl_ms must say is_logically_expired "
+                "(reads never sweep, so the flag is how a read tells)"))
         lost = st.status in TERMINAL
         return _illegal(st, "no-lost-task" if lost else "linearizable", (
-            f"get({st.task_id}) says {view.get('status')}"
+            f"get({st.task_id}) at t={op.now} says {view.get('status')}"
             f"{' (logically expired)' if view.get('is_logically_expired') else ''}, "
             f"the model says {st.status}"))
+    bad = _counters_differ(view, st, cfg)
+    if bad:
+        return _illegal(st, "no-lost-task", f"get({st.task_id}) at t={op.now}: {bad}")
     if "claim_token" in view or "token" in view:
         return _illegal(st, "token-unique", "a read API exposed the claim token")
     if cfg.results and st.status == COMPLETED and _j(view.get("result")) != st.result:
@@ -359,14 +455,56 @@ def _do_get(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
     return _legal(st)
 
 
+def _holds(entry: Any, want: str) -> bool:
+    """Does one ``salvaged()`` entry hold the value whose JSON is ``want``? SPEC §9 leaves
+    the shape free: the value itself, nested anywhere in a dict or list, or JSON text."""
+    if _j(entry) == want:
+        return True
+    if isinstance(entry, dict):
+        return any(_holds(v, want) for v in entry.values())
+    if isinstance(entry, (list, tuple)):
+        return any(_holds(v, want) for v in entry)
+    if isinstance(entry, str) and entry[:1] in "{[\"":
+        try:
+            return _holds(json.loads(entry), want)
+        except ValueError:
+            return False
+    return False
+
+
+def _salvage_matches(expected: tuple[tuple[str, str, str, bool], ...], got: list[Any]) -> bool:
+    """One entry per kept value, in append order: every required value and nothing else."""
+    memo: dict[tuple[int, int], bool] = {}
+
+    def ok(i: int, j: int) -> bool:
+        if (i, j) not in memo:
+            if i == len(expected):
+                memo[i, j] = j == len(got)
+            else:
+                _, _, want, required = expected[i]
+                res = (not required and ok(i + 1, j)) or (
+                    j < len(got) and _holds(got[j], want) and ok(i + 1, j + 1))
+                memo[i, j] = res
+        return memo[i, j]
+
+    return ok(0, 0)
+
+
 def _do_salvaged(st: TaskState, op: Op) -> Verdict:
-    got = [(s.get("kind"), s.get("agent_id"), _j(s.get("data"))) for s in (op.value or [])]
-    missing = [s for s in st.salvage if s not in got]
-    if missing:
-        kind, agent, data = missing[0]
-        return _illegal(st, "no-lost-task", (
-            f"salvage of task {st.task_id} lost a {kind} from {agent!r}: {data}"))
-    return _legal(st)
+    got = op.value if isinstance(op.value, list) else []
+    if _salvage_matches(st.salvage, got):
+        return _legal(st)
+    required = [e for e in st.salvage if e[3]]
+    for kind, agent, data, _ in required:
+        if not any(_holds(g, data) for g in got):
+            return _illegal(st, "no-lost-task", (
+                f"salvaged({st.task_id}) lost a {kind} from {agent!r}: {data} is in none of "
+                f"its {len(got)} entries"))
+    return _illegal(st, "no-lost-task", (
+        f"salvaged({st.task_id}) returned {len(got)} entries {_j(got)[:200]}; the model "
+        f"expects the kept values {[e[2] for e in st.salvage]} in append order "
+        f"({len(required)} required), one entry each: an entry written by a refused call, "
+        "or one out of order"))
 
 
 def _may_cascade(st: TaskState) -> bool:
@@ -434,7 +572,7 @@ def _step_info(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
             expires=None if st.exec_ttl in (None, UNKNOWN_TTL) else op.now + st.exec_ttl,
             attempt=st.attempt + 1, extend_count=0, lapsed=None))
     if op.op in ("fulfill", "fail", "release", "extend", "salvage"):
-        if _guard_failures(st, op.agent, op.args.get("token"), cfg) or _limit_reason(st, op, cfg):
+        if _guard_failures(st, op.agent, op.args.get("token"), cfg)[0] or _limit_reason(st, op, cfg):
             return _illegal(st, "linearizable", "indeterminate op that could not have succeeded")
         fake = Op(**{**op.__dict__, "type": OK, "value": None})
         return _apply_holder(st, fake, cfg)

@@ -86,24 +86,47 @@ FEATURES: dict[str, str] = {
     "lease": "a claim expires at claimed_at + exec_ttl_ms on the harness clock (SPEC §3)",
     "queue-ttl": "a waiting task times out queue_ttl_ms after it was queued (SPEC §3)",
     "targets": "dispatch(target_agent) reserves a task for one agent",
-    "holder-binding": "another agent is refused even with the holder's token (README §4)",
     "results": "fulfill's result is kept and shown by get",
     "limits": "max_releases / max_extends / the extend cap of SPEC §4",
-    "typed-refusals": "a refusal's class names the guard that failed (SPEC §5 order)",
+    "typed-refusals": "a refusal's class names a guard that really failed (SPEC §5, §9)",
+}
+
+# Stricter choices than SPEC (SPEC §9 leaves them free). A store is held to one only when it
+# lists it in ``ferry_declares``; ferry_core declares all of them.
+STRICT_CHOICES: dict[str, str] = {
+    "holder-binding": "a claim is bound to the claiming agent: another agent is refused "
+                      "(PermissionDenied) even with the holder's token",
+    "refusal-order": "a refusal names the FIRST failing check in SPEC §5 order",
 }
 
 
 def capabilities(store: Any) -> frozenset[str]:
-    """Operations this store really has (third-party queues lack DAGs, locks, ...), plus the
-    :data:`FEATURES` it implements."""
+    """What the model may hold ``store`` to: its operations, the SPEC :data:`FEATURES` it
+    implements, and the :data:`STRICT_CHOICES` it declares.
+
+    ``ferry_capabilities`` (operations and features) replaces detection for third-party
+    queues that lack parts of SPEC; ``ferry_declares`` adds stricter choices. Example::
+
+        class MyStore:
+            ferry_declares = frozenset({"holder-binding"})
+    """
     declared = getattr(store, "ferry_capabilities", None)
     if declared is not None:
-        return frozenset(declared)
-    ops = {op for op in PROTOCOL if callable(getattr(store, op, None))} | set(FEATURES)
-    if "dispatch" in ops:
-        try:
-            if "depends_on" in inspect.signature(store.dispatch).parameters:
-                ops.add("dag")
-        except (TypeError, ValueError):
-            pass
-    return frozenset(ops)
+        caps = set(declared)
+    else:
+        caps = {op for op in PROTOCOL if callable(getattr(store, op, None))} | set(FEATURES)
+        if "dispatch" in caps:
+            try:
+                params = inspect.signature(store.dispatch).parameters
+            except (TypeError, ValueError):
+                params = {}
+            # a wrapper's (*args, **kwargs) hides the real signature: SPEC's default is a DAG
+            if "depends_on" in params or not params or any(
+                    p.kind is p.VAR_KEYWORD for p in params.values()):
+                caps.add("dag")
+    strict = set(getattr(store, "ferry_declares", None) or ())
+    unknown = strict - set(STRICT_CHOICES)
+    if unknown:
+        raise ValueError(f"ferry_declares names unknown choices {sorted(unknown)}; "
+                         f"known: {sorted(STRICT_CHOICES)}")
+    return frozenset(caps | strict)

@@ -14,7 +14,7 @@ import pytest
 from harness.campaign import Campaign, CampaignConfig, Runner, write_report
 from harness.checker import invariant_status
 from harness.model import ModelConfig
-from harness.ops import FEATURES, capabilities
+from harness.ops import FEATURES, STRICT_CHOICES, capabilities
 
 LIBRARY = {"persist_queue": "persistqueue", "litequeue": "litequeue", "localqueue": "localqueue"}
 
@@ -144,16 +144,36 @@ def test_declared_skips_and_poll_only_targets():
     assert invariant_status(caps)["lease-half-open"] == "skipped (target lacks lease)"
 
 
-def test_a_store_that_declares_nothing_is_a_full_spec_store(tmp_path):
+def test_a_store_that_declares_nothing_is_held_to_spec_and_no_more(tmp_path):
+    """SPEC §9: stricter choices (holder binding, refusal order) are checked only where a
+    store declares them; ferry_core declares both."""
     from ferry_core import LeaseStore, ManualClock
 
-    store = LeaseStore(str(tmp_path / "f.db"), clock=ManualClock(0))
-    try:
-        caps = capabilities(store)
-    finally:
-        store.close()
-    assert set(FEATURES) <= caps and "dag" in caps
-    assert ModelConfig().for_capabilities(caps) == ModelConfig()
+    class Undeclared(LeaseStore):
+        ferry_declares = frozenset()
+
+    for cls in (LeaseStore, Undeclared):
+        store = cls(str(tmp_path / f"{cls.__name__}.db"), clock=ManualClock(0))
+        try:
+            caps = capabilities(store)
+        finally:
+            store.close()
+        assert set(FEATURES) <= caps and "dag" in caps
+        cfg = ModelConfig().for_capabilities(caps)
+        if cls is Undeclared:
+            assert cfg == ModelConfig()
+            assert not (cfg.holder_binding or cfg.refusal_order)
+        else:
+            assert set(STRICT_CHOICES) <= caps
+            assert cfg.holder_binding and cfg.refusal_order
     bare = ModelConfig().for_capabilities({"dispatch", "poll_next"})
     assert not (bare.leases or bare.queue_ttl or bare.holder_binding or bare.results
                 or bare.limits or bare.typed_refusals)
+
+
+def test_unknown_declared_choice_is_a_clear_error():
+    class Store:
+        ferry_declares = frozenset({"holder-bindng"})
+
+    with pytest.raises(ValueError, match="unknown choices"):
+        capabilities(Store())
