@@ -1,4 +1,4 @@
-"""Injected millisecond clocks (SPEC §1): stores never read wall time except via SystemClock."""
+"""Injected millisecond clocks (PROTOCOL.md#time): stores never read wall time except via SystemClock."""
 
 from __future__ import annotations
 

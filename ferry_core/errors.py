@@ -1,4 +1,4 @@
-"""Typed refusals (SPEC §7). Every refusal is one of these, so callers can branch on class."""
+"""Typed refusals (PROTOCOL.md#error-classes). Every refusal is one of these, so callers can branch on class."""
 
 from __future__ import annotations
 

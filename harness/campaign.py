@@ -35,6 +35,8 @@ from .schedule import compact
 
 REPLAY_TRIES = 10
 SHRINK_TRIES = 3
+SHRINK_SHARE = 0.6  # of the time left after the search; the replays get the rest
+REPORT_RESERVE_S = 2.0  # kept back from the time limit for the report and the pool's exit
 
 
 @dataclass
@@ -54,6 +56,12 @@ class CampaignConfig:
     # A Hypothesis ExampleDatabase (any: directory, Redis, GitHub artifacts...). Failing
     # step lists are saved there, and the next campaign replays them before generating.
     database: Any = None
+    # seconds an op may run before it is a liveness finding; None: adaptive (client.py)
+    op_timeout_s: float | None = None
+
+    def time_limit_s(self) -> float | None:
+        """The promise: the whole campaign (search, shrink, replays, report) ends by then."""
+        return None if self.budget_s is None else self.budget_s * 1.1 + 10.0
 
 
 @dataclass
@@ -87,7 +95,7 @@ class Runner:
         self.cfg = cfg
         self.clock = SharedClock()
         self.pool = WorkerPool(cfg.target, self.clock, cfg.workers,
-                               scheduled=cfg.mode == "schedule")
+                               op_timeout_s=cfg.op_timeout_s, scheduled=cfg.mode == "schedule")
         self.tmp = tempfile.mkdtemp(prefix="ferry-")
         self.stats = Stats()
         self.checker = Checker(ModelConfig(), wal_bound_bytes=cfg.wal_bound_bytes)
@@ -119,12 +127,19 @@ class Runner:
         """Run a step list on a fresh database; stop at the first violating step."""
         ex = self.executor()
         for step in steps:
+            if self.out_of_time():
+                return [], ex  # the budget ran out mid-run: nothing shown
             if step.get("kind") == "audit":
                 continue
             found = ex.run_step(copy.deepcopy(step))
             if found:
                 return found, ex
         return ex.finish(), ex
+
+    def out_of_time(self) -> bool:
+        """Past the campaign's hard deadline (or stopping): no more runs start."""
+        d = self.pool.deadline
+        return self.stopping or (d is not None and time.monotonic() >= d)
 
 
 class Campaign:
@@ -143,6 +158,8 @@ class Campaign:
         self.replayed_saved = 0
         self.from_database = False
         self.stopping = False
+        self.search_end: float | None = None  # time.monotonic() when generating stops
+        self.hard_end: float | None = None  # ... and when every run must have ended
         self.passes_seen: list[int] = []
         self._example_started = 0.0
         self.example_times: list[float] = []
@@ -183,9 +200,15 @@ class Campaign:
     # ---------------------------------------------------------------- main
     def run(self) -> Outcome:
         self.t0 = time.perf_counter()
+        mono0 = time.monotonic()
+        limit = self.cfg.time_limit_s()
+        # the hard end leaves REPORT_RESERVE_S for the report and stopping the workers
+        self.hard_end = None if limit is None else mono0 + limit - REPORT_RESERVE_S
+        self.search_end = None if self.cfg.budget_s is None else mono0 + self.cfg.budget_s
         self.phase = "fuzzing"
         with Runner(self.cfg) as runner:
             self.runner = runner
+            runner.pool.deadline = self.hard_end
             self._replay_saved()
             if not self.failures:
                 self._generate()
@@ -202,6 +225,11 @@ class Campaign:
                 self._save(failure)
             seconds = time.perf_counter() - self.t0
             return self._outcome(failure, reproduced, seconds)
+
+    def halted(self) -> bool:
+        """Stop generating: Ctrl-C / SIGTERM, or the search budget is spent."""
+        return self.stopping or (self.search_end is not None
+                                 and time.monotonic() >= self.search_end)
 
     # ---------------------------------------------------------------- example database
     @property
@@ -279,7 +307,12 @@ class Campaign:
         return min(self.failures, key=lambda f: len(f.steps))
 
     def _shrink(self, failure: Failure) -> Failure:
+        """Shrinking gets ``shrink_budget_s``, and at most SHRINK_SHARE of the time left
+        before the hard end (the rest is for the replays)."""
         deadline = time.perf_counter() + self.cfg.shrink_budget_s
+        if self.hard_end is not None:
+            left = self.hard_end - time.monotonic()
+            deadline = min(deadline, time.perf_counter() + SHRINK_SHARE * max(0.0, left))
         return shrink(self.runner, failure, deadline=deadline)
 
     # ---------------------------------------------------------------- report
@@ -312,7 +345,11 @@ class Campaign:
                 "workers_replaced": self.runner.pool.replaced,
                 "refusals": refusals(history),
                 "faults": dict(stats.faults),
+                "stalls": [{"op": op, "seconds": sec} for op, sec in stats.stalls],
             },
+            "budget": {"budget_s": self.cfg.budget_s, "time_limit_s": self.cfg.time_limit_s(),
+                       "stopped_at_limit": bool(self.hard_end is not None
+                                                and time.monotonic() >= self.hard_end)},
             "unknown": list(self.runner.checker.unknown),
             "findings": [],
             "example_database": {"replayed": self.replayed_saved,
@@ -323,6 +360,11 @@ class Campaign:
             report["findings"].append(
                 "schedule mode needs the target to use Python's sqlite3 (no schedule points were "
                 "reached: apsw or a bundled SQLite?); fell back to stress mode")
+        for op, sec in stats.stalls[:3]:
+            report["findings"].append(
+                f"{op} ran {sec:.1f}s and kept the other workers waiting (a checkpoint that "
+                "waits for readers, or a long write transaction, stalls every writer: "
+                "checkpoint starvation)")
         if failure:
             report["violations"] = [violation_entry(v, failure, reproduced) for v in failure.violations]
             report["discovery"] = {"steps": len(self._smallest().steps),
@@ -344,6 +386,7 @@ def violation_entry(v: Violation, failure: Failure, reproduced: tuple[int, int] 
         entry["schedule_trace"] = schedule_trace(failure.history, involved)
     if reproduced is not None:
         entry["reproduced"] = f"{reproduced[0]}/{reproduced[1]}"
+        entry["replays_stopped_at_budget"] = reproduced[1] < REPLAY_TRIES
     return entry
 
 
@@ -357,6 +400,8 @@ def schedule_trace(history: History, involved: set[int]) -> list[dict[str, Any]]
 
 def _fails_like(runner: Runner, steps: list[dict[str, Any]], invariant: str,
                 tries: int) -> Failure | None:
+    if invariant == "liveness":
+        tries = 1  # a hang costs the whole op timeout per try, and repeats anyway
     for _ in range(tries):
         found, ex = runner.run_steps(steps)
         if any(v.invariant == invariant for v in found):
@@ -375,7 +420,7 @@ def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SH
     steps = [s for s in failure.steps if s.get("kind") != "audit"]
     chunk = max(1, len(steps) // 2)
     def more() -> bool:
-        return time.perf_counter() < deadline and not runner.stopping
+        return time.perf_counter() < deadline and not runner.out_of_time()
 
     while chunk >= 1 and more():
         i, progressed = 0, False
@@ -448,7 +493,7 @@ def replay_count(runner: Runner, failure: Failure, tries: int) -> tuple[tuple[in
     """Run the minimal steps ``tries`` times; how many showed the same invariant."""
     hits, last = 0, None
     for done in range(tries):
-        if runner.stopping:
+        if runner.out_of_time():
             return (hits, done), last
         found, ex = runner.run_steps(failure.steps)
         if any(v.invariant == failure.invariant for v in found):

@@ -1,4 +1,4 @@
-"""The invariants of SPEC §8, checked on a history, each under its stable id.
+"""The invariants of PROTOCOL.md#invariants, checked on a history, each under its stable id.
 
 Most rules are checked through the model (linearizability per task and per lock, with the
 failing step classified by the rule it breaks); the rest need a global view of the
@@ -15,10 +15,11 @@ from typing import Any
 
 from .history import FAIL, INFO, OK, History, Op
 from .linearizability import check_partition, partition
-from .model import ModelConfig, _j, step_lock, step_task
+from .model import WRITERS_NOW_MAX, ModelConfig, _j, step_lock, step_task
 
 STATES = frozenset({"SUBMITTED", "CLAIMED", "COMPLETED", "FAILED", "TIMED_OUT"})
 COMPLETED = "COMPLETED"
+READS = frozenset({"get", "inspect", "salvaged", "lock_holder"})
 
 INVARIANTS: dict[str, str] = {
     "single-winner": "a task is never held by two claims at once",
@@ -31,10 +32,12 @@ INVARIANTS: dict[str, str] = {
     "wal-bounded": "TRUNCATE checkpoint with no reader empties the -wal; WAL stays bounded",
     "idle-no-write": "idle polls and reads append nothing to the WAL",
     "linearizable": "every concurrent history has a legal sequential order",
-    "typed-errors": "every refusal is a SPEC §7 error class (ferry's addition)",
+    "typed-errors": "every refusal is a PROTOCOL.md#error-classes error class (ferry's addition)",
     "refusal-class": "a refusal names a check that really failed (ferry's addition)",
     "refusal-order": "a refusal names the first failing check (only when declared)",
     "integrity": "PRAGMA integrity_check is ok after faults (ferry's addition)",
+    "liveness": "every call returns or raises in bounded time; no unexplained worker death "
+                "(ferry's addition)",
 }
 
 # What each invariant needs from the target (operation names from harness.ops.PROTOCOL,
@@ -55,6 +58,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "refusal-class": ("dispatch", "claim|poll_next", "fulfill", "typed-refusals"),
     "refusal-order": ("dispatch", "claim|poll_next", "fulfill", "refusal-order"),
     "integrity": ("wal-file",),
+    "liveness": (),
 }
 
 
@@ -68,10 +72,17 @@ class Violation:
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["protocol"] = self.protocol
+        return d
+
+    @property
+    def protocol(self) -> str:
+        """Where the broken rule is explained: its section of PROTOCOL.md."""
+        return f"PROTOCOL.md#{self.invariant}"
 
     def __str__(self) -> str:
-        return f"[{self.invariant}] {self.message}"
+        return f"[{self.invariant}] {self.message} (see {self.protocol})"
 
 
 def invariant_status(capabilities: Iterable[str],
@@ -107,6 +118,7 @@ class Checker:
         fresh = ops if new_ops is None else new_ops
         out: list[Violation] = []
         out += self._faults(fresh)
+        out += self._liveness(fresh)
         out += self._double_wins(ops, fresh)
         out += self._secrets(ops, fresh)
         out += self._linearizable(ops, fresh)
@@ -120,7 +132,21 @@ class Checker:
         return first_fact_first(out)
 
     # ----------------------------------------------------------------- per object
+    @staticmethod
+    def _mark_concurrent_writers(ops: list[Op], fresh: list[Op]) -> None:
+        """For each fresh late-fulfill refusal, the latest clock any other possible writer
+        ran at before it ended (the model decides from it whether the late result must have
+        been kept: see model.WRITERS_NOW_MAX)."""
+        late = [o for o in fresh if o.op == "fulfill" and o.type == FAIL
+                and o.error == "LeaseExpired" and WRITERS_NOW_MAX not in o.extra]
+        for o in late:
+            end = o.complete_ns or 0
+            o.extra[WRITERS_NOW_MAX] = max(
+                (p.now for p in ops if p.index != o.index and p.op not in READS
+                 and p.invoke_ns < end), default=-1)
+
     def _linearizable(self, ops: list[Op], fresh: list[Op]) -> list[Violation]:
+        self._mark_concurrent_writers(ops, fresh)
         parts = partition(ops)
         touched = set(partition(fresh))
         out = []
@@ -145,6 +171,27 @@ class Checker:
         return out
 
     # ----------------------------------------------------------------- global rules
+    @staticmethod
+    def _liveness(fresh: list[Op]) -> list[Violation]:
+        """A call that never returned (no frozen worker to blame), or a worker that died
+        with no fault injected: every call must end with a result or a typed error."""
+        out = []
+        for o in fresh:
+            if "hung_s" in o.extra:
+                out.append(Violation(
+                    "liveness",
+                    f"{o.op} by {o.agent!r} on worker w{o.process} did not return within "
+                    f"{o.extra['hung_s']:.1f}s (20× the slowest op seen, at least "
+                    f"{3:.0f}s; --op-timeout sets it) and was killed: a call must end with a "
+                    "result or a typed error, busy waits included", ops=[o.index]))
+            elif "died" in o.extra:
+                out.append(Violation(
+                    "liveness",
+                    f"worker w{o.process} died during {o.op} by {o.agent!r} (exit code "
+                    f"{o.extra['died']}) with no fault injected: the store crashed the process",
+                    ops=[o.index]))
+        return out
+
     def _double_wins(self, ops: list[Op], fresh: list[Op]) -> list[Violation]:
         """Two concurrent claims of one task that both won, with neither lease over at the
         other's instant and nothing done with either token in between: two live holders,
@@ -191,7 +238,7 @@ class Checker:
     @staticmethod
     def _secrets(ops: list[Op], fresh: list[Op]) -> list[Violation]:
         """No issued token appears anywhere in a read's value (``token-unique``: views never
-        carry a token, SPEC §4), whatever the field is called."""
+        carry a token, PROTOCOL.md#operations), whatever the field is called."""
         reads = [o for o in fresh if o.op in ("get", "inspect", "salvaged") and o.type == OK]
         if not reads:
             return []
@@ -421,7 +468,7 @@ class Checker:
     @staticmethod
     def _cascade(ops: list[Op], fresh: list[Op]) -> list[Violation]:
         """After a dependency ended FAILED or TIMED_OUT and a sweep ran, no dependent may
-        still read SUBMITTED (``dag-order``: SPEC §4's failure cascade)."""
+        still read SUBMITTED (``dag-order``: PROTOCOL.md#dependencies-and-the-failure-cascade)."""
         reads = [o for o in fresh if o.op == "get" and o.type == OK and isinstance(o.value, dict)
                  and o.value.get("status") == "SUBMITTED" and o.value.get("depends_on")]
         if not reads:
@@ -453,7 +500,7 @@ class Checker:
     def _typed(fresh: list[Op]) -> list[Violation]:
         return [
             Violation("typed-errors",
-                      f"{o.op} raised {o.error}: {o.message} — not a SPEC §7 error class",
+                      f"{o.op} raised {o.error}: {o.message} — not a PROTOCOL.md#error-classes error class",
                       ops=[o.index])
             for o in fresh
             if o.type == INFO and o.error and o.note is None and o.error != "BarrierTimeout"

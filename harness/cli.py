@@ -17,7 +17,10 @@ from typing import Any
 
 from .target import TargetError, add_target_option, load_factory
 
-EXIT_OK, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_VIOLATION, EXIT_ERROR, EXIT_UNKNOWN = 0, 1, 2, 3
+EXIT_CODES = ("Exit codes: 0 no violation, 1 violation found, 2 usage or harness error, "
+              "3 unknown (nothing was decided: no example ran, or the checker's search gave "
+              "up), 130 interrupted (report written).")
 
 
 def _positive_int(text: str) -> int:
@@ -54,21 +57,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ferry-harness",
         description="Concurrency verification and fuzzing for SQLite-WAL leasing stores. "
-        "Races real worker processes on one WAL file and checks the invariants of SPEC §8.",
-        epilog="Exit codes: 0 no violation, 1 violation found, 2 usage or harness error.",
+        "Races real worker processes on one WAL file and checks the invariants of "
+        "PROTOCOL.md#invariants.",
+        epilog=EXIT_CODES,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     fuzz = sub.add_parser("fuzz", help="run a fuzz campaign and write a report",
                           description="Draw operations with Hypothesis, race them on real "
                           "worker processes, check every invariant after each step, and on a "
-                          "violation shrink it to a minimal replayable example.")
+                          "violation shrink it to a minimal replayable example.",
+                          epilog=EXIT_CODES)
     add_target_option(fuzz)
     fuzz.add_argument("--workers", type=_positive_int, default=4, metavar="N",
                       help="worker processes racing on the database (default 4, at least 2)")
     group = fuzz.add_mutually_exclusive_group()
     group.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS",
-                       help="stop generating after this long (default 30 s)")
+                       help="search for this long (default 30 s); the whole run — search, "
+                       "shrink, replays, report — ends within budget × 1.1 + 10 s")
     group.add_argument("--max-examples", type=_positive_int, default=None, metavar="N",
                        help="stop after N examples instead of a time budget")
     fuzz.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
@@ -87,12 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
                       help="Hypothesis example database (a directory) where failing examples "
                       "are saved and replayed first next time (default: DIR/examples under "
                       "the report directory; 'none' to disable)")
+    fuzz.add_argument("--op-timeout", type=_positive_float, default=None, metavar="SECONDS",
+                      help="an operation still running after this long is killed and reported "
+                      "as a liveness finding (default: 20 × the slowest operation seen, "
+                      "between 3 and 10 s)")
     fuzz.add_argument("--quiet", action="store_true", help="no progress display")
 
     replay = sub.add_parser("replay", help="re-run the minimal failing example of a report",
                             description="Re-run the minimal failing steps stored in DIR/report.json "
-                            "and say how many tries reproduced the violation.")
-    replay.add_argument("report_dir", metavar="DIR")
+                            "and say how many tries reproduced the violation.",
+                            epilog="Exit codes: 0 did not reproduce, 1 reproduced at least "
+                            "once, 2 usage or harness error.")
+    replay.add_argument("report_dir", metavar="DIR",
+                        help="a report directory written by fuzz or scenarios (holds "
+                        "report.json)")
     replay.add_argument("--tries", type=_positive_int, default=10, help="how many runs (default 10)")
     replay.add_argument("--target", default=None, metavar="MODULE:FACTORY",
                         help="replay against another target (default: the report's)")
@@ -156,7 +170,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     cfg = CampaignConfig(target=args.target, workers=args.workers, budget_s=budget,
                          max_examples=args.max_examples, seed=args.seed,
                          report_dir=args.report_dir, steps_per_example=args.steps,
-                         faults=args.faults, mode=args.mode,
+                         faults=args.faults, mode=args.mode, op_timeout_s=args.op_timeout,
                          database=_example_db(args.example_db, args.report_dir))
     show, stop = _progress_printer(args.quiet)
     campaign = Campaign(cfg, progress=show)
@@ -174,9 +188,11 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     print(f"ferry: {rep['verdict'].upper()} — {st['examples']} examples, {st['race_rounds']} race "
           f"rounds, {st['ops']} operations in {st['seconds']:.1f}s against {cfg.target}")
     for v in rep["violations"]:
-        print(f"  [{v['invariant']}] {v['message']}")
+        print(f"  [{v['invariant']}] {v['message']} (see PROTOCOL.md#{v['invariant']})")
         sched = f", schedule {v['schedule']}" if v.get("schedule") else ""
-        print(f"    minimal example: {len(v['steps'])} steps{sched}, reproduced {v.get('reproduced', '?')}")
+        cut = " (stopped at budget)" if v.get("replays_stopped_at_budget") else ""
+        print(f"    minimal example: {len(v['steps'])} steps{sched}, reproduced "
+              f"{v.get('reproduced', '?')}{cut}")
     skipped = [k for k, s in rep["invariants"].items() if s != "checked"]
     if skipped:
         print(f"  skipped: {', '.join(skipped)} (see report)")
@@ -187,6 +203,10 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         print("ferry-harness: interrupted; the report covers what ran; all workers stopped",
               file=sys.stderr)
         return 130
+    if rep["verdict"] == "unknown":
+        print("ferry: UNKNOWN is not a pass: " + ("; ".join(rep.get("unknown", [])[:3])
+                                                  or "no example completed within the budget"))
+        return EXIT_UNKNOWN
     return EXIT_VIOLATION if rep["verdict"] == "fail" else EXIT_OK
 
 
@@ -199,11 +219,16 @@ def _first_ctrl_c_stops(campaign: Any) -> Any:
             raise KeyboardInterrupt
         campaign.request_stop()
 
+    def on_term(signum: int, frame: Any) -> None:  # CI runners send SIGTERM before SIGKILL
+        campaign.request_stop()
+
     previous = signal.signal(signal.SIGINT, handler)
+    previous_term = signal.signal(signal.SIGTERM, on_term)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ import os
 import select
 import signal
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
@@ -33,6 +34,10 @@ from .ops import capabilities, execute
 from .target import load_factory
 
 _CTX = mp.get_context("fork")
+# Liveness: an op still running after 20 × the slowest recent op, at least LIVENESS_FLOOR_S
+# and at most LIVENESS_CAP_S (unless --op-timeout fixes it), is a hang.
+LIVENESS_FLOOR_S = 3.0
+LIVENESS_CAP_S = 10.0
 _PR_SET_PDEATHSIG = 1
 
 
@@ -188,6 +193,7 @@ class Worker:
     proc: Any
     conn: Any
     paused: bool = False
+    doomed: bool = False  # a fault is killing it: its death is injected, not a finding
 
 
 @dataclass
@@ -204,15 +210,20 @@ class WorkerPool:
     """Persistent workers for one campaign. Use as a context manager: nothing outlives it."""
 
     def __init__(self, target: str, clock: SharedClock, size: int = 4, *,
-                 op_timeout_s: float = 15.0, scheduled: bool = False) -> None:
+                 op_timeout_s: float | None = None, scheduled: bool = False) -> None:
         if size < 2:
             raise HarnessError("a race needs at least 2 workers (--workers >= 2)")
         load_factory(target)  # fail fast, in the controller, with a clear message
         self.target = target
         self.clock = clock
         self.size = size
-        self.op_timeout_s = op_timeout_s
+        # None: adaptive (LIVENESS_FLOOR_S .. LIVENESS_CAP_S from observed latency)
+        self.fixed_timeout_s = op_timeout_s
+        self.latencies: list[float] = []  # seconds of recent completed ops (a ring)
+        self.deadline: float | None = None  # time.monotonic(): no wait goes past it
         self.scheduled = scheduled
+        self._reader_lock = threading.Lock()
+        self._reader_held = False
         # the race barrier: a pipe whose read end every worker inherits (see _pass_gate)
         self._gate_r, self._gate_w = os.pipe()
         os.set_blocking(self._gate_r, False)
@@ -223,6 +234,47 @@ class WorkerPool:
         self.capabilities: frozenset[str] = frozenset()
         self.skips: dict[str, str] = {}  # invariants the target declares it cannot be checked on
         self._reader: Worker | None = None
+
+    # ---------------------------------------------------------------- time limits
+    @property
+    def op_timeout_s(self) -> float:
+        """How long an op may run before it is a liveness finding: ``--op-timeout`` if set,
+        else 20 × the slowest of the recent ops, between LIVENESS_FLOOR_S and LIVENESS_CAP_S."""
+        if self.fixed_timeout_s is not None:
+            return self.fixed_timeout_s
+        slowest = max(self.latencies, default=0.0)
+        return min(LIVENESS_CAP_S, max(LIVENESS_FLOOR_S, 20 * slowest))
+
+    def _wait_limit(self) -> tuple[float, bool]:
+        """(seconds to wait for an op, whether the budget's deadline is what limits it)."""
+        limit = self.op_timeout_s
+        if self.deadline is not None:
+            left = max(0.2, self.deadline - time.monotonic())
+            if left < limit:
+                return left, True
+        return limit, False
+
+    def _observe(self, op: Op) -> None:
+        if op.complete_ns and op.type != INFO:
+            self.latencies.append((op.complete_ns - op.invoke_ns) / 1e9)
+            if len(self.latencies) > 200:
+                del self.latencies[:100]
+
+    def paused_workers(self) -> list[int]:
+        return [w.id for w in self.slots if w.paused]
+
+    def _mark_hung(self, op: Op, waited: float, by_deadline: bool) -> None:
+        """An op that did not return: a liveness finding, unless the budget cut it short or
+        a SIGSTOPped worker may hold the lock it waits for (then it is only ``info``)."""
+        paused = self.paused_workers()
+        if by_deadline:
+            op.note = f"stopped at the campaign's budget after {waited:.1f}s; worker killed"
+        elif paused:
+            op.note = (f"no answer within {waited:.1f}s while worker(s) {paused} were frozen "
+                       "(SIGSTOP) and may hold the lock; worker killed")
+        else:
+            op.note = f"no answer within {waited:.1f}s; worker killed"
+            op.extra["hung_s"] = round(waited, 3)
 
     # ---------------------------------------------------------------- lifecycle
     def __enter__(self) -> WorkerPool:
@@ -353,11 +405,31 @@ class WorkerPool:
         self._reader.conn.send(("hold", self.path))
         if self._recv(self._reader, self.op_timeout_s) is None:
             raise HarnessError("the long-reader process did not answer")
+        with self._reader_lock:
+            self._reader_held = True
 
     def drop_reader(self) -> None:
-        if self._reader is not None:
+        with self._reader_lock:
+            if self._reader is None or not self._reader_held:
+                return
+            self._reader_held = False
             self._reader.conn.send(("drop",))
             self._recv(self._reader, self.op_timeout_s)
+
+    def run_with_reader(self, call: PlannedCall, history: History, hold_s: float,
+                        **kw: Any) -> Op:
+        """Run ``call`` while another process holds a read snapshot, for at most ``hold_s``:
+        then the reader lets go, so a checkpoint that waits for readers (RESTART, TRUNCATE
+        with the busy handler) stalls the other workers for a bounded, measured time."""
+        self.hold_reader()
+        timer = threading.Timer(hold_s, self.drop_reader)
+        timer.start()
+        try:
+            return self.run([call], history, barrier=False, **kw)[0]
+        finally:
+            timer.cancel()
+            timer.join()
+            self.drop_reader()
 
     def integrity(self) -> str:
         """``PRAGMA integrity_check`` of the database, run in the reader process (which never
@@ -421,7 +493,8 @@ class WorkerPool:
         if controlled and pending:
             self._scheduled_round(pending, chooser)
             return created
-        deadline = time.monotonic() + self.op_timeout_s
+        limit, by_deadline = self._wait_limit()
+        deadline = time.monotonic() + limit
         by_conn = {self.slots[s].conn: s for s in pending}
         while by_conn:
             ready = wait(list(by_conn), timeout=max(0.0, deadline - time.monotonic()))
@@ -435,15 +508,22 @@ class WorkerPool:
                 except (EOFError, OSError):
                     reply = None
                 if reply is None:
-                    op.note = "worker died during the operation"
+                    w = self.slots[slot]
+                    w.proc.join(0.5)
+                    if w.doomed:
+                        op.note = "worker died: killed by an injected fault during the operation"
+                    else:
+                        op.note = f"worker died during the operation (exit code {w.proc.exitcode})"
+                        op.extra["died"] = w.proc.exitcode
                     op.complete_ns = time.monotonic_ns()
                     self.replace(slot)
                     continue
                 _, _, typ, value, error, message, t0, t1, now = reply
                 op.type, op.value, op.error, op.message = typ, value, error, message
                 op.invoke_ns, op.complete_ns, op.now = t0 or op.invoke_ns, t1 or time.monotonic_ns(), now
+                self._observe(op)
         for slot, (_call, op) in pending.items():  # overran the timeout: kill, replace
-            op.note = f"no answer within {self.op_timeout_s}s; worker killed"
+            self._mark_hung(op, limit, by_deadline)
             op.complete_ns = time.monotonic_ns()
             self.replace(slot)
         return created
@@ -479,8 +559,9 @@ class WorkerPool:
                          chooser: schedule.Chooser) -> None:
         slots = sorted(pending)
         ops = [pending[s][1] for s in slots]
+        limit, by_deadline = self._wait_limit()
         res = schedule.run_round([self.slots[s].conn for s in slots], [o.index for o in ops],
-                                 chooser, stall_s=min(self.op_timeout_s, 10.0))
+                                 chooser, stall_s=limit)
         for seq, (pos, _idx, sql, switch) in enumerate(res.trace):
             ops[pos].extra.setdefault("sql", []).append([seq, sql, switch])
         for pos, op in enumerate(ops):
@@ -489,11 +570,16 @@ class WorkerPool:
                 _, _, typ, value, error, message, t0, t1, now = reply
                 op.type, op.value, op.error, op.message = typ, value, error, message
                 op.invoke_ns, op.complete_ns, op.now = t0 or op.invoke_ns, t1, now
+                self._observe(op)
                 continue
             op.complete_ns = time.monotonic_ns()
             op.note = res.note or "worker died during a scheduled round"
             if reply and reply[0] == "died":
+                if not self.slots[slots[pos]].doomed:
+                    op.extra["died"] = self.slots[slots[pos]].proc.exitcode
                 self.replace(slots[pos])
+            elif pos in res.hung:  # running inside the store, not parked at a point
+                self._mark_hung(op, limit, by_deadline)
         if res.stalled:
             schedule.abort([self.slots[slots[p]].conn for p in res.stalled])
             for p in res.stalled:  # whatever they were doing, start them afresh

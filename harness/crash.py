@@ -262,6 +262,7 @@ class Crash:
             at_ns = time.monotonic_ns()
             stop(w.proc.pid)
             in_tx = holds_wal_write_lock(w.proc.pid, self.path)
+            w.doomed = True
             os.kill(w.proc.pid, signal.SIGKILL)
             w.proc.join(5)
             pool.replace(slot)

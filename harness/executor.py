@@ -26,6 +26,8 @@ from .history import OK, History, Op
 
 LOCK_NAME = "ferry-daemon"
 _SETTLE_POLLS = 50  # polls before an idle probe, each may take a ready task
+READER_HOLD_S = 0.2  # how long the "checkpoint with a reader open" probe keeps its snapshot
+STALL_S = 1.0  # an op that ran this long kept the other workers waiting: a report finding
 START_MS = 1_000_000_000
 
 
@@ -38,6 +40,11 @@ class Stats:
     ops: int = 0
     race_rounds: int = 0
     faults: dict[str, int] = field(default_factory=dict)
+    # ops that kept the others waiting: (op name, seconds), slowest first, a few kept
+    stalls: list[tuple[str, float]] = field(default_factory=list)
+
+    def stalled(self, op: str, seconds: float) -> None:
+        self.stalls = sorted(self.stalls + [(op, round(seconds, 3))], key=lambda s: -s[1])[:5]
 
 
 @dataclass
@@ -110,8 +117,15 @@ class Executor:
             self._round_in_step += 1
         for op in ops:
             op.extra.update(extra)
+            self._note_stall(op)
         self.stats.ops += len(ops)
         return ops
+
+    def _note_stall(self, op: Op) -> None:
+        if op.complete_ns and op.type != "info":
+            took = (op.complete_ns - op.invoke_ns) / 1e9
+            if took >= STALL_S:
+                self.stats.stalled(op.op, took)
 
     def _one(self, slot: int, op: str, agent: str, **args: Any) -> Op:
         return self._run([PlannedCall(slot % self.pool.size, op, args, agent)])[0]
@@ -255,7 +269,7 @@ class Executor:
     def _step_idle_poll(self, s: dict[str, Any]) -> None:
         """Settle, then poll: if nothing came back the poll was idle and must not write.
 
-        Settling makes the measured poll idle by construction (SPEC §9: a poll that applies
+        Settling makes the measured poll idle by construction (PROTOCOL.md#freedoms-a-correct-store-may-take: a poll that applies
         a due expiry or claims a task has work to do and may write): sweep where the store
         has it, then poll until a poll comes back empty, all at one frozen instant."""
         if "wal-file" not in self.capabilities:
@@ -294,14 +308,18 @@ class Executor:
         if "checkpoint" not in self.capabilities or "wal-file" not in self.capabilities:
             return
         reader = bool(s.get("reader"))
-        if reader:
-            self.pool.hold_reader()
-        try:
+        if reader:  # the outside reader lets go after READER_HOLD_S, whatever the store does
+            self.round += 1
+            op = self.pool.run_with_reader(
+                PlannedCall(0, "checkpoint", {"mode": "TRUNCATE"}, "janitor"), self.history,
+                READER_HOLD_S, round_id=self.round, example=self.example)
+            self.stats.ops += 1
+            self._note_stall(op)
+            op.extra.update(reader=True, reader_hold_s=READER_HOLD_S,
+                            wal_after=self.pool.wal_size())
+        else:
             op = self._one(0, "checkpoint", "janitor", mode="TRUNCATE")
-            op.extra.update(reader=reader, wal_after=self.pool.wal_size())
-        finally:
-            if reader:
-                self.pool.drop_reader()
+            op.extra.update(reader=False, wal_after=self.pool.wal_size())
 
     def _step_audit(self, s: dict[str, Any]) -> None:
         """End of an example: materialise expiries, then read everything back."""

@@ -37,6 +37,10 @@ class Context(Protocol):
     mode: str
     stopping: bool
 
+    def halted(self) -> bool:
+        """Ctrl-C, SIGTERM or the search budget ran out: finish the example doing nothing."""
+        ...
+
     def new_executor(self) -> Executor: ...
 
     def record_failure(self, executor: Executor, violations: list[Violation]) -> None: ...
@@ -66,8 +70,8 @@ class FerryMachine(RuleBasedStateMachine):
         self._pct_seeds.extend(seeds)
 
     def _do(self, step: dict[str, Any]) -> None:
-        if self.ctx.stopping:
-            return  # Ctrl-C: let Hypothesis finish this example quickly, doing nothing
+        if self.ctx.halted():
+            return  # stop or budget: let Hypothesis finish this example quickly, doing nothing
         if self.ctx.mode == "schedule" and step["kind"] in RACES:
             # PCT's random priorities and change points, drawn so Hypothesis controls them
             step["pct"] = (self._pct_seeds.pop() if self._pct_seeds
@@ -160,7 +164,7 @@ class FerryMachine(RuleBasedStateMachine):
         self._do(step)
 
     def teardown(self):
-        if self.failed or self.ctx.stopping:
+        if self.failed or self.ctx.halted():
             return
         found = self.ex.finish()
         if found:

@@ -1,8 +1,9 @@
 """The history: every operation as one record of its invoke and its outcome (Jepsen-style).
 
-``type`` is ``ok`` (returned), ``fail`` (a typed refusal, SPEC §7: nothing changed) or
-``info`` (indeterminate: the worker crashed or timed out, so it may or may not have taken
-effect). Records are plain data, written as JSON lines, and read back by every checker.
+``type`` is ``ok`` (returned), ``fail`` (a typed refusal, PROTOCOL.md#error-classes:
+nothing changed) or ``info`` (indeterminate: the worker crashed or timed out, so it may or
+may not have taken effect). Records are plain data, written as JSON lines, and read back
+by every checker.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ keep the exponential search cheap. ``info`` operations (crashed, timed out) may 
 at any point after their invoke, or never.
 
 On failure we return the longest legal prefix found and the operation that cannot follow
-it, with the model's reason and the SPEC invariant id it breaks.
+it, with the model's reason and the invariant id it breaks (PROTOCOL.md#invariants).
 """
 
 from __future__ import annotations

@@ -7,13 +7,13 @@ in ``state`` and returns the next state. Observed values that the model cannot p
 The model is lenient exactly where SPEC leaves freedom to a store and strict elsewhere:
 - a refusal is legal if *any* guard that fails could have produced it (SPEC fixes an order
   for ferry_core, but the safety property is "refused and nothing changed");
-- expiry is lazy (SPEC §3): after a lease ended, the first holder call may see
+- expiry is lazy (PROTOCOL.md#leases-are-half-open): after a lease ended, the first holder call may see
   ``LeaseExpired`` (row not yet swept) or ``WrongState`` (already swept);
 - inside one partition (a task) the model cannot see dependencies, so a task with
   dependencies may be FAILED by cascade at any moment while SUBMITTED; ``dag-order``
   checks dependencies across tasks.
 
-Every illegal step names the SPEC §8 invariant it breaks, so reports can say *which* rule.
+Every illegal step names the PROTOCOL.md#invariants invariant it breaks, so reports can say *which* rule.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from .history import FAIL, INFO, OK, Op
 
 UNKNOWN_TOKEN = "<unknown: claimed by an indeterminate op>"
 UNKNOWN_TTL = -1  # exec_ttl_ms not given at dispatch: taken from the first claim
+# op.extra key set by the checker: the latest clock value at which any *other* op that may
+# write (not a read) was running before this op ended; -1 when none was
+WRITERS_NOW_MAX = "writers_now_max"
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class ModelConfig:
     typed_refusals: bool = True  # "typed-refusals": the refusal class names a failed guard
     # Stricter choices than SPEC (harness.ops.STRICT_CHOICES): checked only when declared.
     holder_binding: bool = False  # "holder-binding": another agent is refused, even with the token
-    refusal_order: bool = False  # "refusal-order": the FIRST failing check of SPEC §5 names it
+    refusal_order: bool = False  # "refusal-order": the FIRST failing check of PROTOCOL.md#the-holder-guard names it
 
     def for_capabilities(self, caps: Any) -> ModelConfig:
         """This config, holding the target only to the SPEC features it has and the
@@ -101,10 +104,11 @@ class TaskState:
     result: str | None = None  # JSON text of the accepted result
     tokens: frozenset[str] = frozenset()  # every token issued for this task
     lapsed: tuple[str, str] | None = None  # (holder, token) of a lease ended by time
+    lapsed_at: int | None = None  # the instant that lease ended (its lease_expires_at)
     late: frozenset[str] = frozenset()  # every token whose lease ended by time (not released)
     # what salvaged() must hold, in append order: (kind, agent, JSON of the kept value,
     # required). A required entry must be there; an optional one (a late result SPEC lets a
-    # store keep or not) may be. SPEC §9 leaves the entry's shape to the store.
+    # store keep or not) may be. PROTOCOL.md#freedoms-a-correct-store-may-take leaves the entry's shape to the store.
     salvage: tuple[tuple[str, str, str, bool], ...] = ()
     cascaded: bool = False  # FAILED by a dependency, possibly not yet swept by the store
     seen: bool = False  # a read showed the store's row in a terminal state
@@ -134,7 +138,7 @@ def new_task(op: Op, cfg: ModelConfig | None = None) -> TaskState:
 
 
 def advance(st: TaskState, now: int) -> TaskState:
-    """Apply every time-driven transition due at ``now`` (SPEC §3, half-open intervals)."""
+    """Apply every time-driven transition due at ``now`` (PROTOCOL.md#leases-are-half-open, half-open intervals)."""
     while True:
         if st.status == CLAIMED and st.expires is not None and now >= st.expires:
             when = st.expires
@@ -142,10 +146,11 @@ def advance(st: TaskState, now: int) -> TaskState:
             late = st.late | {st.token} if st.token else st.late
             if st.attempt < st.max_attempts:
                 st = replace(st, status=SUBMITTED, queued_at=when, holder=None, token=None,
-                             expires=None, extend_count=0, lapsed=lapsed, late=late)
+                             expires=None, extend_count=0, lapsed=lapsed, late=late,
+                             lapsed_at=when)
             else:
                 st = replace(st, status=TIMED_OUT, holder=None, token=None, lapsed=lapsed,
-                             late=late)
+                             late=late, lapsed_at=when)
             continue
         if st.status == SUBMITTED and st.deadline is not None and now >= st.deadline:
             st = replace(st, status=TIMED_OUT)
@@ -159,8 +164,8 @@ def _ready_for(st: TaskState, agent: str) -> bool:
 
 def _guard_failures(st: TaskState, agent: str, token: str | None,
                     cfg: ModelConfig) -> tuple[list[str], set[str]]:
-    """The SPEC §5 checks that fail, in SPEC order, and the classes a store *may* refuse
-    with although acceptance is legal too (another agent presenting the live token: SPEC §9
+    """The PROTOCOL.md#the-holder-guard checks that fail, in the reference order, and the classes a store *may* refuse
+    with although acceptance is legal too (another agent presenting the live token: PROTOCOL.md#freedoms-a-correct-store-may-take
     lets a store bind claims to agents or not)."""
     fails: list[str] = []
     may: set[str] = set()
@@ -170,7 +175,7 @@ def _guard_failures(st: TaskState, agent: str, token: str | None,
         fails.append("WrongState")
         if st.lapsed is not None:
             fails.append("LeaseExpired")  # the row may not be swept yet
-        # the row holds no live token, so the token check fails too (SPEC §9: any order)
+        # the row holds no live token, so the token check fails too (PROTOCOL.md#freedoms-a-correct-store-may-take: any order)
         if token is None:
             fails.append("TokenRequired")
         else:
@@ -281,17 +286,22 @@ def _do_claim(st: TaskState, op: Op, claim: dict[str, Any] | None, cfg: ModelCon
 
 
 def _late_salvage(st: TaskState, op: Op, cfg: ModelConfig) -> TaskState:
-    """A late result kept as salvage (SPEC §4). Required when the lapsed lease's token was
+    """A late result kept as salvage (PROTOCOL.md#operations). Required when the lapsed lease's token was
     refused with ``LeaseExpired`` by its holder (any agent, for bearer tokens); optional
     for any other token whose lease ended by time (the store applied the expiry, or the
     task was claimed again, and refused otherwise), and for a late ``fail``'s reason
-    (SPEC §9: a store may keep those too)."""
+    (PROTOCOL.md#freedoms-a-correct-store-may-take: a store may keep those too)."""
     token = op.args.get("token")
     if token not in st.late or op.op not in ("fulfill", "fail"):
         return st
     current = st.lapsed is not None and token == st.lapsed[1]
     holder = current and (op.agent == st.lapsed[0] or not cfg.holder_binding)
-    required = op.op == "fulfill" and op.error == "LeaseExpired" and holder
+    # the call that sees the expiry first must keep the result; once another call may have
+    # applied it (any write at or after the lapse, concurrent racers included), a store may
+    # refuse the late result without keeping it (PROTOCOL.md#freedoms-a-correct-store-may-take: when expiry is applied is free)
+    others = op.extra.get(WRITERS_NOW_MAX, -1)
+    alone = st.lapsed_at is None or others < st.lapsed_at
+    required = op.op == "fulfill" and op.error == "LeaseExpired" and holder and alone
     value = op.args.get("result") if op.op == "fulfill" else op.args.get("reason")
     kind = "late_result" if op.op == "fulfill" else "late_failure"
     return replace(st, salvage=st.salvage + ((kind, op.agent, _j(value), required),))
@@ -321,15 +331,15 @@ def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
                 f"lease runs until {st.expires} (half-open: the holder still wins at expires-1)"))
         return _illegal(st, "holder-guard", (
             f"{op.op} of task {st.task_id} by the holder {op.agent!r} with the current token "
-            f"was refused with {err} at t={op.now}; every check of SPEC §5 passes"))
+            f"was refused with {err} at t={op.now}; every check of PROTOCOL.md#the-holder-guard passes"))
     if err in fails or not cfg.typed_refusals:  # untyped: any refusal class will do
-        # SPEC §5 order; a lapsed lease's row may or may not be swept yet (WrongState or
+        # the PROTOCOL.md#the-holder-guard order; a lapsed lease's row may or may not be swept yet (WrongState or
         # LeaseExpired first)
         first = {fails[0]} | ({"LeaseExpired"} if fails[0] == "WrongState" and st.lapsed else set())
         if cfg.refusal_order and cfg.typed_refusals and err not in first:
             return _illegal(st, "refusal-order", (
                 f"{op.op} of task {st.task_id} refused with {err}; the store declares "
-                f"refusal-order, and the first failing check in SPEC §5 order is {fails[0]} "
+                f"refusal-order, and the first failing check in the PROTOCOL.md#the-holder-guard order is {fails[0]} "
                 f"(all failing: {fails})"))
         return _legal(_late_salvage(st, op, cfg))
     if st.lapsed is not None:
@@ -385,7 +395,7 @@ def _apply_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
 
 
 def _effective_status(view: dict[str, Any], st: TaskState, now: int) -> str:
-    """The status a read's row means at ``now``: rows are swept lazily (SPEC §3)."""
+    """The status a read's row means at ``now``: rows are swept lazily (PROTOCOL.md#leases-are-half-open)."""
     status = view.get("status")
     if not view.get("is_logically_expired") or status not in (CLAIMED, SUBMITTED):
         return status
@@ -456,7 +466,7 @@ def _do_get(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
 
 
 def _holds(entry: Any, want: str) -> bool:
-    """Does one ``salvaged()`` entry hold the value whose JSON is ``want``? SPEC §9 leaves
+    """Does one ``salvaged()`` entry hold the value whose JSON is ``want``? PROTOCOL.md#freedoms-a-correct-store-may-take leaves
     the shape free: the value itself, nested anywhere in a dict or list, or JSON text."""
     if _j(entry) == want:
         return True
@@ -588,7 +598,7 @@ class LockState:
 
 
 def step_lock(st: LockState | None, op: Op, cfg: ModelConfig) -> Verdict:
-    """Daemon lock rules (SPEC §4): free, expired (expires_at <= now) or ours -> granted."""
+    """Daemon lock rules (PROTOCOL.md#operations): free, expired (expires_at <= now) or ours -> granted."""
     name = op.args["name"]
     st = st or LockState(name)
     held = st.owner is not None and op.now < st.expires
@@ -681,7 +691,7 @@ class SequentialModel:
                     changed = True
 
     def ready(self, agent: str) -> list[str]:
-        """Ready task ids for ``agent``, oldest first (SPEC §4 order)."""
+        """Ready task ids for ``agent``, oldest first (PROTOCOL.md#poll_next order)."""
         out = [
             tid for tid, st in self.tasks.items()
             if _ready_for(st, agent) and all(self.tasks[d].status == COMPLETED for d in self.deps[tid])

@@ -207,6 +207,7 @@ class TimedKill:
                 stopped = stop(pid)  # freeze, look at its locks, then kill: an exact snapshot
                 self.in_write_tx = stopped and holds_wal_write_lock(pid, self.path)
             try:
+                self.worker.doomed = True
                 os.kill(pid, signal.SIGKILL)
                 self.killed = True
             except ProcessLookupError:

@@ -1,6 +1,6 @@
 """Run one named operation on a store and turn the outcome into plain data.
 
-The single place where the store protocol (SPEC §4) meets the history: workers, the
+The single place where the store protocol (PROTOCOL.md#operations) meets the history: workers, the
 sequential state-machine test and the scenarios all call :func:`execute`.
 """
 
@@ -83,20 +83,20 @@ def execute(store: Any, op: str, args: dict[str, Any], agent: str) -> tuple[str,
 # a target only to those it has: a store that declares ``ferry_capabilities`` lists the ones
 # it really implements; a store that declares nothing is taken to be a full SPEC store.
 FEATURES: dict[str, str] = {
-    "lease": "a claim expires at claimed_at + exec_ttl_ms on the harness clock (SPEC §3)",
-    "queue-ttl": "a waiting task times out queue_ttl_ms after it was queued (SPEC §3)",
+    "lease": "a claim expires at claimed_at + exec_ttl_ms on the harness clock (PROTOCOL.md#leases-are-half-open)",
+    "queue-ttl": "a waiting task times out queue_ttl_ms after it was queued (PROTOCOL.md#leases-are-half-open)",
     "targets": "dispatch(target_agent) reserves a task for one agent",
     "results": "fulfill's result is kept and shown by get",
-    "limits": "max_releases / max_extends / the extend cap of SPEC §4",
-    "typed-refusals": "a refusal's class names a guard that really failed (SPEC §5, §9)",
+    "limits": "max_releases / max_extends / the extend cap of PROTOCOL.md#operations",
+    "typed-refusals": "a refusal's class names a guard that really failed (PROTOCOL.md#which-refusal-class)",
 }
 
-# Stricter choices than SPEC (SPEC §9 leaves them free). A store is held to one only when it
+# Stricter choices than SPEC (PROTOCOL.md#freedoms-a-correct-store-may-take leaves them free). A store is held to one only when it
 # lists it in ``ferry_declares``; ferry_core declares all of them.
 STRICT_CHOICES: dict[str, str] = {
     "holder-binding": "a claim is bound to the claiming agent: another agent is refused "
                       "(PermissionDenied) even with the holder's token",
-    "refusal-order": "a refusal names the FIRST failing check in SPEC §5 order",
+    "refusal-order": "a refusal names the FIRST failing check in the PROTOCOL.md#the-holder-guard order",
 }
 
 

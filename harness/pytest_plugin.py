@@ -2,10 +2,10 @@
 
 Enabled automatically once ferry is installed (entry point ``pytest11``). With
 ``pytest --ferry-target mypkg.store:make`` the session gains one test item per scenario
-and one fuzz campaign; each fails with the SPEC invariant id and the path of its report
-directory, so JUnit XML and CI logs say what broke and where to look. Without the option
-nothing is added, and the fixtures (``ferry_clock``, ``ferry_workers``, ``ferry_race``,
-``ferry_history``, ``ferry_check``) are there for your own tests.
+and one fuzz campaign; each fails with the invariant id (PROTOCOL.md#invariants) and the
+path of its report directory, so JUnit XML and CI logs say what broke and where to look.
+Without the option nothing is added, and the fixtures (``ferry_clock``, ``ferry_workers``,
+``ferry_race``, ``ferry_history``, ``ferry_check``) are there for your own tests.
 """
 
 from __future__ import annotations
@@ -120,7 +120,12 @@ class FerryItem(pytest.Item):
             db = outcome.report.get("example_database", {})
             note = " (replayed first from the example database)" if db.get("failure_from_database") else ""
             raise FerryViolation(v["invariant"], f"{v['message']}; reproduced "
-                                 f"{v.get('reproduced', '?')}{note}", d)
+                                 f"{v.get('reproduced', '?')}{note}; see "
+                                 f"PROTOCOL.md#{v['invariant']}", d)
+        if outcome.verdict == "unknown":  # nothing was decided: not a pass
+            why = "; ".join(outcome.report.get("unknown", [])[:3]) or \
+                "no example completed within the budget"
+            raise FerryViolation("unknown", f"the run decided nothing: {why}", d)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, FerryViolation):

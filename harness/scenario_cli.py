@@ -1,4 +1,4 @@
-"""``ferry-harness scenarios``: run the source articles' races (``scenarios/``) by name.
+"""``ferry-harness scenarios``: run the classic leasing-store races (``scenarios/``) by name.
 
 One worker pool serves every scenario; each scenario gets a fresh database. The result is
 a table (scenario, invariant, result, time, explanation); with ``--report-dir`` every
@@ -31,10 +31,10 @@ def register(sub: Any) -> dict[str, Any]:
     from .cli import _positive_int
 
     p = sub.add_parser(
-        "scenarios", help="run the source articles' races as named reproductions",
+        "scenarios", help="run classic leasing-store races as named reproductions",
         description="Run named race scenarios (thundering herd, impersonation, zombie holder, "
         "lease boundary, …) against a store, one fresh database each, and judge every "
-        "history with the harness checker (SPEC §8 invariant ids).",
+        "history with the harness checker (invariant ids: PROTOCOL.md#invariants).",
         epilog="Exit codes: 0 all passed, 1 a scenario failed, 2 usage error.")
     p.add_argument("names", nargs="*", metavar="NAME",
                    help="scenarios to run (default: all; see --list)")
@@ -109,7 +109,7 @@ def _print_list(scenarios: dict[str, Any]) -> None:
     table.add_column("scenario", style="bold", no_wrap=True)
     table.add_column("invariant", no_wrap=True)
     table.add_column("what it does")
-    table.add_column("source (../shared/seeds/)")
+    table.add_column("rule (PROTOCOL.md)")
     for s in scenarios.values():
         table.add_row(s.name, s.invariant, s.description, s.source)
     _console().print(table)
@@ -187,7 +187,7 @@ def _script_section(scenario: Any, result: Any) -> str:
     from .report_md import _fence
 
     lines = [f"\n## Scenario `{scenario.name}`", "", f"{scenario.description}",
-             f"Source: {scenario.source}. Expected invariant: `{scenario.invariant}`; "
+             f"Rule: {scenario.source}. Expected invariant: `{scenario.invariant}`; "
              f"result: {result.status.upper()} after {result.rounds} round(s).", "",
              "What the script did, in order (t = the shared clock in ms):", "",
              _fence("\n".join(result.script) or "(nothing)", "text"), ""]

@@ -165,6 +165,7 @@ class RoundResult:
     trace: list[tuple[int, int, str, bool]]  # (position, op index, sql, switch)
     stalled: list[int]  # positions that never finished
     note: str | None = None
+    hung: list[int] = field(default_factory=list)  # of those, running in the store (no point)
 
 
 def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
@@ -184,9 +185,13 @@ def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
     deadline = time.monotonic() + stall_s
     while len(replies) < k:
         if time.monotonic() > deadline:
-            return RoundResult(replies, trace, [i for i in range(k) if i not in replies],
-                               note=f"schedule stalled for {stall_s:.0f}s; round ended as info")
-        live = [conns[i] for i in running - blocked]
+            stalled = [i for i in range(k) if i not in replies]
+            return RoundResult(replies, trace, stalled,
+                               note=f"schedule stalled for {stall_s:.1f}s; round ended as info",
+                               hung=[i for i in stalled if i not in waiting])
+        # blocked workers too: one inside SQLite's own busy handler reports its next point
+        # once the lock frees, and may be the only one left to hear from
+        live = [conns[i] for i in running]
         ready = wait(live, timeout=quiescence_s) if live else []
         for c in ready:
             i = pos_of[c]

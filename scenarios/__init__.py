@@ -1,8 +1,10 @@
-"""The source articles' races as named, runnable reproductions.
+"""Classic leasing-store races as named, runnable reproductions.
 
-Each module is one short script of one race from ``../shared/seeds/``, written against the
-harness: it acts through the worker pool (so everything lands in a History) and lets the
-harness Checker judge (SPEC §8 ids). Run them with ``ferry-harness scenarios``, or::
+Each module is one short script of one race (check-then-act claims, impersonation, token
+replay, zombie holders, lease and lock boundaries, long readers, idle writes, DAG unlocks,
+late results), written against the harness: it acts through the worker pool (so
+everything lands in a History) and lets the harness Checker judge, under the invariant ids
+of PROTOCOL.md#invariants. Run them with ``ferry-harness scenarios``, or::
 
     from harness.client import WorkerPool
     from harness.clock import SharedClock

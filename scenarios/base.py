@@ -1,13 +1,13 @@
 """What every scenario is made of: a :class:`Session` to act in, and the :class:`Scenario` record.
 
-A scenario is a short script of one race from the source articles. It acts only through
+A scenario is a short script of one race against the store protocol. It acts only through
 the harness: a :class:`Session` *is* a :class:`harness.executor.Executor` (a fresh database,
 the shared clock, the worker pool, one :class:`harness.history.History`), so every call it
 makes runs in a real worker process and is recorded as an :class:`~harness.history.Op`.
 After each call or race the harness :class:`~harness.checker.Checker` looks at what changed;
 the first violation ends the scenario (:class:`Stop`). A scenario may state an extra
 expectation with :meth:`Session.expect` only where no checker rule covers it, and must
-name the SPEC §8 id that expectation belongs to.
+name the invariant id (PROTOCOL.md#invariants) that expectation belongs to.
 """
 
 from __future__ import annotations
@@ -77,9 +77,9 @@ class Scenario:
     """One named race: what it checks, where it comes from, and the script that stages it."""
 
     name: str
-    invariant: str  # the SPEC §8 id this race is about
+    invariant: str  # the invariant id this race is about (PROTOCOL.md#invariants)
     description: str  # one sentence
-    source: str  # where in ../shared/seeds/ the race is described
+    source: str  # the PROTOCOL.md section (file#anchor) whose rule this race exercises
     script: Callable[[Session], str]  # runs the race; returns the pass explanation
     needs: tuple[str, ...] = ("dispatch", "claim", "fulfill")
 
@@ -184,7 +184,7 @@ class Session(Executor):
             raise Stop
 
     def expect(self, ok: bool, invariant: str, message: str, ops: Iterable[Op] = ()) -> None:
-        """A scenario-specific expectation that no checker rule covers, under its SPEC id."""
+        """A scenario-specific expectation that no checker rule covers, under its invariant id."""
         if ok:
             return
         if invariant not in INVARIANTS:
@@ -304,7 +304,7 @@ class Session(Executor):
         return self.pool.slot_of(op.process)
 
     def have(self, names: Iterable[str]) -> list[str]:
-        """Those of ``names`` (operations or SPEC features) the target has."""
+        """Those of ``names`` (operations or protocol features) the target has."""
         return [n for n in names if has_capability(self.capabilities, n)]
 
     @staticmethod
@@ -322,11 +322,11 @@ _NOT_FEATURES = frozenset(ops_module.PROTOCOL) | {"dag", "wal-file"}
 
 
 def has_capability(capabilities: Iterable[str], name: str) -> bool:
-    """Does the target have an operation (``claim``…), ``dag``, ``wal-file``, or a SPEC
+    """Does the target have an operation (``claim``…), ``dag``, ``wal-file``, or a protocol
     feature (``lease``, ``targets``… from ``harness.ops.FEATURES``)?
 
     A feature this harness does not list is assumed present, as the harness assumes a
-    store that declares nothing to be a full SPEC store.
+    store that declares nothing to be a full protocol store (PROTOCOL.md#capability-declarations).
     """
     if name in capabilities:
         return True

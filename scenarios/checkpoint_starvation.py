@@ -1,5 +1,8 @@
-"""checkpoint-starvation — article 003 §4: "a long transaction stops the WAL checkpoint from
-writing the log back, and the -wal file swells to hundreds of MB in a few hours".
+"""checkpoint-starvation — a long reader blocks checkpoints; after it, the WAL must empty.
+
+Rule: PROTOCOL.md#sqlite-rules (no transaction or cursor outlives its call): while any
+read snapshot stays open, no checkpoint can copy the log back and reset it, so the -wal
+keeps growing for as long as the snapshot lives.
 
 With ordinary traffic, a ``TRUNCATE`` checkpoint empties the ``-wal``. Then an outside
 process opens a read transaction and keeps it: the traffic goes on, the ``-wal`` grows (we
@@ -55,7 +58,7 @@ SCENARIO = Scenario(
     invariant="wal-bounded",
     description="A long outside reader stops TRUNCATE checkpoints while the WAL grows; once "
                 "it ends the store's checkpoint must empty the -wal.",
-    source="003 §4 (拒绝长事务: -wal 膨胀)",
+    source="PROTOCOL.md#wal-bounded",
     script=checkpoint_starvation,
     needs=("dispatch", "claim", "fulfill", "get", "checkpoint", "wal-file"),
 )

@@ -1,5 +1,7 @@
-"""daemon-lock-takeover — article 003 §4: the daemon lock is one UPSERT whose DO UPDATE only
-fires when the lock has expired or is already ours ("changes === 1" decides).
+"""daemon-lock-takeover — two daemons race for one lock around its expiry and renewal.
+
+Rule: PROTOCOL.md#acquire_lock (one UPSERT that updates only an expired lock or our own;
+the number of changed rows says who got it).
 
 Two daemons start in the same instant and race for the lock: one wins. The loser keeps
 trying at ``expires - 1`` (refused); the winner renews then, so the loser is refused again
@@ -62,7 +64,7 @@ SCENARIO = Scenario(
     invariant="lock-exclusive",
     description="Two daemons race for the daemon lock at start, at its expiry boundary, "
                 "around a renewal and after a release: never two owners.",
-    source="003 §4 (daemon_locks UPSERT 租约)",
+    source="PROTOCOL.md#acquire_lock",
     script=daemon_lock_takeover,
     needs=("acquire_lock", "release_lock", "lock_holder"),
 )

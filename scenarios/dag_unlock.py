@@ -1,5 +1,7 @@
-"""dag-unlock — article 001 §2 ("load and validate the DAG in the same snapshot") and its
-demo ("C depends on A and B; only when both are done can it be claimed").
+"""dag-unlock — a task with two dependencies under racing claimers, then a failure cascade.
+
+Rule: PROTOCOL.md#dependencies-and-the-failure-cascade: readiness and the dependencies' states
+must be read in the same snapshot as the claiming write, or a claimer acts on stale news.
 
 C depends on A and B. While A and B are open, every worker tries to claim C at once (and to
 poll): nobody may get it. A completes: C stays locked. B completes: C unlocks and exactly
@@ -56,7 +58,8 @@ def dag_unlock(s: Session) -> str:
         v = view.value or {}
         s.expect(v.get("status") == FAILED and dep in str(v.get("error_reason")), "dag-order",
                  f"after {dep[:8]} failed, its dependent {task[:8]} is {v.get('status')} "
-                 f"({v.get('error_reason')!r}); SPEC §4 wants FAILED with a reason naming it",
+                 f"({v.get('error_reason')!r}); it must be FAILED with a reason naming the "
+                 "dependency (PROTOCOL.md#dependencies-and-the-failure-cascade)",
                  [view])
     return ("C stayed locked while A or B was open (all workers raced it twice), unlocked for "
             "one worker after both; X failing cascaded FAILED to Y and Z")
@@ -67,7 +70,7 @@ SCENARIO = Scenario(
     invariant="dag-order",
     description="C waits for A and B under racing claimers and unlocks for one worker once "
                 "both complete; a failed dependency cascades FAILED.",
-    source="001 §2 (同一快照中验证 DAG) and its A/B/C demo",
+    source="PROTOCOL.md#dependencies-and-the-failure-cascade",
     script=dag_unlock,
     needs=("dispatch", "claim", "poll_next", "fulfill", "fail", "get", "dag"),
 )

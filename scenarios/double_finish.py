@@ -1,4 +1,6 @@
-"""double-finish — articles 000 §2/§4 and 001 §2 (the final UPDATE is the mutual exclusion).
+"""double-finish — two processes with one token fulfill at once; the final UPDATE decides.
+
+Rule: PROTOCOL.md#the-holder-guard (the write repeats the guard and checks the row count).
 
 The holder's token is in two processes at once (a retry that raced its first attempt, a
 forked helper), and both call ``fulfill`` in the same instant with different results.
@@ -33,7 +35,7 @@ SCENARIO = Scenario(
     invariant="token-unique",
     description="Two or more processes fulfill with the same token at once: exactly one wins, "
                 "the token is then spent.",
-    source="000 §2/§4 (changes === 1), 001 §2 (conditional UPDATE)",
+    source="PROTOCOL.md#the-holder-guard",
     script=double_finish,
     needs=("dispatch", "claim", "fulfill", "get"),
 )

@@ -1,5 +1,7 @@
-"""idle-poll-quiet — article 003 §5 (the two-phase sweep: read first, write only when
-something is due) and 001 §6 (an idle loop makes zero writes).
+"""idle-poll-quiet — polls, sweeps and reads with nothing to do must not touch the WAL.
+
+Rule: PROTOCOL.md#two-phase-idle-polls (read first, open a write only when something is
+due or ready).
 
 The queue is not empty, but nothing in it is for the pollers: one task is addressed to
 another agent, one waits for an unfinished dependency, one is done. After a ``TRUNCATE``
@@ -39,7 +41,7 @@ SCENARIO = Scenario(
     invariant="idle-no-write",
     description="Polls, sweeps and reads that find nothing to do leave the -wal unchanged, "
                 "alone or all at once.",
-    source="003 §5 (两阶段先读后写), 001 §6 (零写入)",
+    source="PROTOCOL.md#two-phase-idle-polls",
     script=idle_poll_quiet,
     needs=("dispatch", "claim", "fulfill", "poll_next", "wal-file"),
 )

@@ -1,4 +1,6 @@
-"""impersonation — article 000 §3 (same-name instance impersonation) and §4.2 (holder guard).
+"""impersonation — a second process with the holder's agent name but no token.
+
+Rule: PROTOCOL.md#the-holder-guard (the token, not the agent name, proves the claim).
 
 Instance A of agent ``reviewer`` claims a task addressed to ``reviewer``. Instance B, the
 same name in another process, never claimed it and has no token; it tries every holder
@@ -36,7 +38,7 @@ SCENARIO = Scenario(
     invariant="holder-guard",
     description="A same-name instance without the claim token tries every holder operation "
                 "and races the real holder's fulfill: all refused.",
-    source="000 §3 (同名 Agent 实例越权), §4.2 (Holder Guard)",
+    source="PROTOCOL.md#the-holder-guard",
     script=impersonation,
     needs=("dispatch", "poll_next", "fulfill", "get"),
 )

@@ -1,6 +1,7 @@
-"""late-fulfill-salvage — SPEC §4 ("a late fulfill is refused with LeaseExpired, but its
-result is kept as salvage"), from article 000's salvage (``recordSalvage``) and release
-cleanup.
+"""late-fulfill-salvage — a result delivered after the lease ended is refused, not lost.
+
+Rule: PROTOCOL.md#late-results (the refusal keeps the result as salvage) and
+PROTOCOL.md#salvage-entries.
 
 A holder saves partial work while its lease runs, then delivers its result just after the
 lease ended (at ``expires``, ``expires + 1``, much later). The delivery must be refused
@@ -42,7 +43,7 @@ SCENARIO = Scenario(
     invariant="no-lost-task",
     description="A fulfill that arrives after the lease ended is refused, but its result is "
                 "kept as salvage.",
-    source="SPEC §4; 000 §4.2 (recordSalvage)",
+    source="PROTOCOL.md#late-results",
     script=late_fulfill_salvage,
     needs=("dispatch", "claim", "fulfill", "salvaged", "lease"),
 )

@@ -1,6 +1,9 @@
-"""lease-boundary — article 001 §3: the lease is the half-open interval
-``[claimed_at, lease_expires_at)``; "reclaim with <=, completion check with >=, the boundary
-is exactly one millisecond".
+"""lease-boundary — holder and reclaimer race at expires-1, expires and expires+1.
+
+Rule: PROTOCOL.md#leases-are-half-open: the lease is ``[claimed_at, lease_expires_at)``, so
+the holder owns the last millisecond before ``lease_expires_at`` and a reclaimer owns
+``lease_expires_at`` itself; one comparison written the wrong way round is a whole
+millisecond with two holders or with none.
 
 Three tasks are claimed in the same millisecond, so their leases end together. The clock
 then stops at ``expires - 1``, ``expires`` and ``expires + 1``, and at each instant the
@@ -39,7 +42,7 @@ SCENARIO = Scenario(
     invariant="lease-half-open",
     description="At expires-1, expires and expires+1 the holder's fulfill races a reclaimer: "
                 "the holder wins only before expires.",
-    source="001 §3 (半开区间 [claimed_at, lease_expires_at))",
+    source="PROTOCOL.md#at-the-boundaries",
     script=lease_boundary,
     needs=("dispatch", "claim", "fulfill", "lease"),
 )

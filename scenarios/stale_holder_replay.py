@@ -1,4 +1,6 @@
-"""stale-holder-replay — article 000 §4.3 (token self-destructs on release) and 001 §3.
+"""stale-holder-replay — an old token comes back after the task was given up and re-claimed.
+
+Rule: PROTOCOL.md#token-unique (release and expiry retire a token for good).
 
 A worker claims a task, gives it back (``release``, or its lease runs out), and the same
 agent claims it again in another process, getting a fresh token. The first process still
@@ -39,7 +41,7 @@ SCENARIO = Scenario(
     invariant="token-unique",
     description="After release (or expiry) and a re-claim by the same agent, the old token "
                 "replays every holder operation: all refused.",
-    source="000 §4.3 (退单令牌自毁与刷新防重放), 001 §3 (token history)",
+    source="PROTOCOL.md#token-unique",
     script=stale_holder_replay,
     needs=("dispatch", "claim", "fulfill", "release"),
 )

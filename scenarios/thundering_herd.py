@@ -1,4 +1,6 @@
-"""thundering-herd — article 000 §2 (check-then-act) and 001 §1 (TOCTOU).
+"""thundering-herd — many same-name pollers, one ready task, one instant.
+
+Rule: PROTOCOL.md#single-winner (the claim is one atomic write).
 
 Several worker processes under the *same* agent name poll the queue in the same instant,
 and there is one task. A claim written as "SELECT a ready task, then UPDATE it" lets two
@@ -12,7 +14,7 @@ from .base import Scenario, Session, holder_args
 
 
 def thundering_herd(s: Session) -> str:
-    agent = "worker"  # every process runs as the same agent, as in the article
+    agent = "worker"  # every process runs as the same agent: names cannot tell them apart
     for r in s.rounds():
         task = s.dispatch(title=f"bug #{r}")
         polls = s.race([(slot, "poll_next", agent, {}) for slot in range(s.size)])
@@ -31,7 +33,7 @@ SCENARIO = Scenario(
     name="thundering-herd",
     invariant="single-winner",
     description="Many same-name workers poll one ready task at one barrier: exactly one may win.",
-    source="000 §2 (check-then-act), 001 §1 (TOCTOU)",
+    source="PROTOCOL.md#single-winner",
     script=thundering_herd,
     needs=("dispatch", "poll_next", "fulfill"),
 )

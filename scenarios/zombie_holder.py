@@ -1,5 +1,7 @@
-"""zombie-holder — article 000 §3 ("an old worker keeps running in the background after its
-task timed out") and 001 §3 (a lease lets a dead worker's task be reclaimed).
+"""zombie-holder — a frozen holder wakes up after its lease ended and tries to deliver.
+
+Rule: PROTOCOL.md#leases-are-half-open (a lease ends on time even if its holder is stuck)
+and PROTOCOL.md#late-results.
 
 The holder process is frozen with SIGSTOP (a laptop lid closed, a debugger, a GC pause)
 while its lease runs out. At exactly ``lease_expires_at`` the other workers, under the same
@@ -48,7 +50,7 @@ SCENARIO = Scenario(
     invariant="lease-half-open",
     description="The holder is frozen (SIGSTOP) past its lease, another worker reclaims at "
                 "the boundary, and the woken zombie's fulfill is refused.",
-    source="000 §3 (僵尸运行的旧进程), 001 §3 (lease 过期回收)",
+    source="PROTOCOL.md#leases-are-half-open",
     script=zombie_holder,
     needs=("dispatch", "claim", "fulfill", "get", "lease"),
 )

@@ -1,4 +1,4 @@
-"""Third-party SQLite queues presented through the store protocol of SPEC §4.
+"""Third-party SQLite queues presented through the store protocol (PROTOCOL.md#operations).
 
 One module per library; each exposes ``make_store(path, *, clock)`` and is a fuzz target::
 
@@ -6,11 +6,13 @@ One module per library; each exposes ``make_store(path, *, clock)`` and is a fuz
 
 An adapter maps only what the library really has. Its store declares
 
-- ``ferry_capabilities``: the protocol operations it supports, plus the SPEC behaviours
-  of :data:`harness.ops.FEATURES` the library implements (lease on the harness clock,
-  queue TTL, targeted tasks, holder binding, stored results, limits, typed refusals);
-  the model holds the library to those and nothing else;
+- ``ferry_capabilities``: the protocol operations it supports, plus the features of
+  :data:`harness.ops.FEATURES` the library implements (lease on the harness clock, queue
+  TTL, targeted tasks, stored results, limits, typed refusals) and ``dag`` if it has
+  dependencies; the model holds the library to those and nothing else;
 - ``ferry_skips``: ``{invariant: why}`` for the checks that cannot be made on it.
+
+See PROTOCOL.md#capability-declarations for both.
 
 The library's own ack handle is passed through as the claim token, unchanged: a message
 id that never changes *is* a replayable token, and ferry reports it as such. Refusals

@@ -23,7 +23,8 @@ receipt)``; ``nack`` / ``fail`` / ``extend_lease`` likewise), so that the databa
 harness's file itself. ``dispatch`` = ``put``; ``poll_next`` = ``get``; ``fulfill`` /
 ``fail`` / ``release`` / ``extend`` = ``ack`` / ``fail`` / ``nack`` / ``extend_lease``
 with ``(task_id, token)``; the token is the receipt. ``max_attempts`` is set high (2**31-1)
-because SPEC's release has no retry budget (the model would not expect dead-letter).
+because the protocol's release has no retry budget (PROTOCOL.md#release): the model would
+not expect dead-letter.
 
 Never open the database with Python's ``sqlite3`` in a process that runs this adapter:
 two SQLite libraries in one process do not share POSIX locks, and closing one
