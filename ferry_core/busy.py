@@ -54,6 +54,11 @@ def is_busy(exc: BaseException) -> bool:
 
 
 class BusyPolicy(Protocol):
+    """``run(fn)`` retries ``fn`` while SQLite says busy. A ready-made policy object may also
+    have ``writing()``, a context manager the store enters around every write (one
+    statement, or one BEGIN IMMEDIATE ... COMMIT), e.g. to queue writers in front of
+    SQLite's lock, and ``close()``."""
+
     name: str
 
     def run(self, fn: Callable[[], T]) -> T: ...

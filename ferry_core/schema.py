@@ -69,7 +69,7 @@ CREATE INDEX IF NOT EXISTS tasks_lease_due
     ON tasks(lease_expires_at) WHERE status = 'CLAIMED';
 CREATE INDEX IF NOT EXISTS tasks_queue_due
     ON tasks(queue_deadline) WHERE status = 'SUBMITTED';
--- SPEC §5: the token enters the history table before the claiming row changes, in the same
+-- PROTOCOL.md#the-holder-guard: the token enters the history table before the claiming row changes, in the same
 -- statement; the primary key makes a second issue of any token impossible, ever.
 CREATE TRIGGER IF NOT EXISTS claim_token_history
     BEFORE UPDATE OF claim_token ON tasks

@@ -1,6 +1,6 @@
-"""LeaseStore: the reference SQLite-WAL leasing store of SPEC §2–§7.
+"""LeaseStore: the reference SQLite-WAL leasing store of PROTOCOL.md.
 
-Design rules that every method follows (SPEC §6):
+Design rules that every method follows (PROTOCOL.md#sqlite-rules):
 - one connection in autocommit mode; every read fetches all rows, so no cursor (and no WAL
   read snapshot) outlives the call;
 - writes are either one conditional statement (the CAS) or one short ``BEGIN IMMEDIATE``;
@@ -16,7 +16,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from . import errors
@@ -74,6 +74,14 @@ def _from_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+def _token_eq(stored: str | None, given: str | None) -> int:
+    """SQL ``ferry_token_eq``: the holder guard's token comparison in constant time (PROTOCOL.md#the-holder-guard),
+    so the one-statement holder write compares the caller's token like the guard does."""
+    if not isinstance(stored, str) or not isinstance(given, str):
+        return 0
+    return int(hmac.compare_digest(stored.encode(), given.encode()))
+
+
 def _check_openable(path: str) -> None:
     """Refuse, before SQLite touches anything, paths that cannot be (or are not) our store."""
     if path == ":memory:" or path.startswith("file:"):
@@ -102,7 +110,7 @@ class LeaseStore:
     Construct one per process (or thread); every instance opens its own connection.
     """
 
-    #: Stricter than SPEC §9 requires, so ferry holds this store to both (harness.ops).
+    #: Stricter than PROTOCOL.md#freedoms-a-correct-store-may-take requires, so ferry holds this store to both (harness.ops).
     ferry_declares = frozenset({"holder-binding", "refusal-order"})
 
     def __init__(
@@ -191,6 +199,8 @@ class LeaseStore:
             conn.close()
             raise errors.StoreError(f"cannot use {self.path!r} as a ferry store: {exc}") from None
         self._busy = make_busy_policy(busy_policy, conn, self.busy_timeout_ms)
+        self._writing = getattr(self._busy, "writing", nullcontext)
+        conn.create_function("ferry_token_eq", 2, _token_eq, deterministic=True)
         return conn
 
     @staticmethod
@@ -208,6 +218,9 @@ class LeaseStore:
     def close(self) -> None:
         """Close the connection; the store is unusable afterwards."""
         self._conn.close()
+        close = getattr(self._busy, "close", None)
+        if close is not None:
+            close()
 
     def __enter__(self) -> LeaseStore:
         return self
@@ -235,6 +248,11 @@ class LeaseStore:
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One short write transaction; rolled back on any exception."""
+        with self._writing():
+            yield from self._tx_body()
+        self._wrote()
+
+    def _tx_body(self) -> Iterator[sqlite3.Connection]:
         try:
             self._busy.run(lambda: self._conn.execute("BEGIN IMMEDIATE"))
         except sqlite3.Error as exc:
@@ -253,7 +271,6 @@ class LeaseStore:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             raise self._store_error(exc) from None
-        self._wrote()
 
     def _wrote(self) -> None:
         """Count a committed write; every so often keep the WAL bounded (see _bound_wal)."""
@@ -353,7 +370,7 @@ class LeaseStore:
     )
 
     def sweep(self) -> int:
-        """Apply every due expiry (SPEC §3); a read first, so an idle sweep writes nothing."""
+        """Apply every due expiry (PROTOCOL.md#leases-are-half-open); a read first, so an idle sweep writes nothing."""
         return self.sweep_at(self._now())
 
     def _apply_due(self, conn: sqlite3.Connection, now: int) -> int:
@@ -436,6 +453,42 @@ class LeaseStore:
     _PICK_ANY = _PICK_SQL.format("IS NULL")
     _PICK_MINE = _PICK_SQL.format("= ?")
 
+    # Built from the fragments above by _compose_sql (so a subclass that changes a fragment
+    # changes every statement that uses it): the claim-next UPDATE and the poll's read.
+    _CLAIM_NEXT: str | None = None
+    _POLL_CHECK: str = ""
+    _FAST_HOLDER: bool = True
+
+    @classmethod
+    def _compose_sql(cls) -> None:
+        """Derive ``_CLAIM_NEXT`` and ``_POLL_CHECK`` from ``_CLAIM_SET``, ``_PICK_*`` and
+        ``_DUE_SQL``.
+
+        ``_CLAIM_NEXT`` is ``_CLAIM_SET`` with ``task_id=:task_id`` replaced by the rowid of
+        the oldest ready task (both pick queries as one scalar subquery). A subclass that
+        replaces ``_cas_claim`` keeps the pick-then-CAS path (``_CLAIM_NEXT`` None), and one
+        that replaces ``_guard`` keeps the guard-then-write path for holder operations.
+        """
+        any_ = cls._PICK_ANY.replace("?", ":now")
+        mine = cls._PICK_MINE.replace("= ?", "= :agent", 1).replace("?", ":now")
+        pick = (f"SELECT seq FROM (SELECT * FROM ({any_}) UNION ALL SELECT * FROM ({mine}))"
+                " ORDER BY queued_at, seq LIMIT 1")
+        where, ret = "WHERE task_id=:task_id", " RETURNING "
+        sql: str | None = None
+        if (cls._CLAIM_SET.count(where) == 1 and cls._CLAIM_SET.count(ret) == 1
+                and cls._cas_claim is LeaseStore._cas_claim):
+            sql = (cls._CLAIM_SET.replace(where, f"WHERE seq=({pick})")
+                   .replace(ret, " RETURNING task_id, "))
+        cls._CLAIM_NEXT = sql
+        due = cls._DUE_SQL.removeprefix("SELECT ")
+        cls._POLL_CHECK = (f"SELECT ({due}), (EXISTS({cls._PICK_ANY})"
+                           f" OR EXISTS({cls._PICK_MINE}))")
+        cls._FAST_HOLDER = cls._guard is LeaseStore._guard
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._compose_sql()
+
     def _pick(self, conn: sqlite3.Connection, agent_id: str, now: int) -> str | None:
         rows = conn.execute(self._PICK_ANY, (now,)).fetchall()
         rows += conn.execute(self._PICK_MINE, (agent_id, now)).fetchall()
@@ -453,20 +506,56 @@ class LeaseStore:
         claimed_at, expires, attempt = rows[0]
         return Claim(task_id, agent_id, token, claimed_at, expires, attempt)
 
+    def _claim_next(self, conn: sqlite3.Connection, agent_id: str, now: int) -> Claim | None:
+        """Pick and take the oldest ready task in ONE statement (``_CLAIM_NEXT``).
+
+        An autocommit UPDATE takes the write lock before it reads anything, so the pick in
+        its subquery sees the latest commit and nobody can take that task in between: this
+        claim cannot lose a race. None means no task was ready under the write lock. The
+        token still enters ``claim_tokens`` first (the BEFORE UPDATE trigger).
+        """
+        token = str(uuid.uuid4())
+        rows = conn.execute(self._CLAIM_NEXT, {"agent": agent_id, "token": token, "now": now}
+                            ).fetchall()
+        if not rows:
+            return None
+        if not conn.in_transaction:
+            self._wrote()
+        task_id, claimed_at, expires, attempt = rows[0]
+        return Claim(task_id, agent_id, token, claimed_at, expires, attempt)
+
+    def _poll_check(self, agent_id: str, now: int) -> tuple[int, int]:
+        """The read phase of a poll: (an expiry is due, a task is ready). No lock, no write."""
+        due, ready = self._rows(self._POLL_CHECK, (now, now, now, agent_id, now))[0]
+        return due, ready
+
     def poll_next(self, agent_id: str) -> Claim | None:
-        """Sweep, then claim the oldest ready task for this agent; None when there is none."""
+        """Sweep, then claim the oldest ready task for this agent; None when there is none.
+
+        Two phases: one read says whether anything is due or ready (an idle poll ends there:
+        no write lock, nothing appended); then the sweep, if due, and the claim.
+        """
         _name("agent_id", agent_id)
         now = self._now()
         try:
             if self.claim_strategy == "immediate":
                 return self._poll_immediate(agent_id, now)
-            self.sweep_at(now)
-            for _ in range(10_000):
+            due, ready = self._poll_check(agent_id, now)
+            if due:
+                with self._tx() as conn:
+                    self._apply_due(conn, now)
+            elif not ready:
+                return None  # idle
+            if self._CLAIM_NEXT is not None:
+                with self._writing():
+                    return self._busy.run(lambda: self._claim_next(self._conn, agent_id, now))
+            for _ in range(10_000):  # a subclass with its own _cas_claim: pick, then CAS
                 task_id = self._pick(self._conn, agent_id, now)
                 if task_id is None:
                     return None
-                claim = self._busy.run(
-                    lambda t=task_id: self._cas_claim(self._conn, t, agent_id, now))
+                with self._writing():
+                    claim = self._busy.run(
+                        lambda t=task_id: self._cas_claim(self._conn, t, agent_id, now))
                 if claim is not None:
                     return claim
             raise errors.StoreError("poll_next lost 10000 CAS races in a row; is the clock stuck?")
@@ -474,11 +563,13 @@ class LeaseStore:
             raise self._store_error(exc) from None
 
     def _poll_immediate(self, agent_id: str, now: int) -> Claim | None:
-        due = self._rows(self._DUE_SQL, (now, now))[0][0]
-        if not due and self._pick(self._conn, agent_id, now) is None:
+        due, ready = self._poll_check(agent_id, now)
+        if not due and not ready:
             return None  # idle: no write transaction at all
         with self._tx() as conn:
             self._apply_due(conn, now)
+            if self._CLAIM_NEXT is not None:
+                return self._claim_next(conn, agent_id, now)
             task_id = self._pick(conn, agent_id, now)
             return None if task_id is None else self._cas_claim(conn, task_id, agent_id, now)
 
@@ -501,7 +592,9 @@ class LeaseStore:
         else:
             self.sweep_at(now)
             try:
-                claim = self._busy.run(lambda: self._cas_claim(self._conn, task_id, agent_id, now))
+                with self._writing():
+                    claim = self._busy.run(
+                        lambda: self._cas_claim(self._conn, task_id, agent_id, now))
             except sqlite3.Error as exc:
                 raise self._store_error(exc) from None
         if claim is None and not self._rows("SELECT 1 FROM tasks WHERE task_id=?", (task_id,)):
@@ -510,7 +603,7 @@ class LeaseStore:
 
     # ------------------------------------------------------------------ holder operations
     def _guard(self, task_id: str, agent_id: str, token: str | None, now: int) -> tuple:
-        """SPEC §5 checks in order; returns the guard row. Raises LeaseExpired unapplied."""
+        """PROTOCOL.md#the-holder-guard checks in order; returns the guard row. Raises LeaseExpired unapplied."""
         _name("task_id", task_id)
         _name("agent_id", agent_id)
         if token is not None and not isinstance(token, str):
@@ -546,14 +639,25 @@ class LeaseStore:
 
     def _holder_write(self, op: str, task_id: str, agent_id: str, token: str | None,
                       write, late_result: Any = None, has_late: bool = False,
-                      autocommit: bool = False) -> Any:
+                      autocommit: bool = False, fast: bool = False) -> Any:
         """Run the guard, then ``write(conn, row_token, now)``: in one short transaction, or
         (``autocommit``) as a single conditional statement, its own transaction.
 
         ``write`` must repeat the guard in its WHERE clause and return None when it changed
         no row (someone else moved first); the guard is then re-read to name the refusal.
+
+        ``fast``: first ``write(conn, token, now, True)``, the caller's own token and name
+        in the WHERE clause (``_holder_where(True)``), so a call that succeeds is that one
+        statement and reads nothing. Only when it changed no row does the guard run: it
+        names the refusal, or (the world changed in between) the guarded write follows.
         """
         now = self._now()
+        if (fast and self._FAST_HOLDER and isinstance(token, str) and token
+                and isinstance(task_id, str) and task_id and isinstance(agent_id, str)
+                and agent_id):
+            out = self._run_write(write, (token, now, True), autocommit)
+            if out is not None:
+                return out
         for _ in range(3):
             try:
                 row = self._guard(task_id, agent_id, token, now)
@@ -567,19 +671,23 @@ class LeaseStore:
                 if has_late:
                     self._keep_late_retired(task_id, agent_id, token, late_result, now)
                 raise
-            if autocommit:
-                try:
-                    out = self._busy.run(lambda r=row: write(self._conn, r[4], now))
-                except sqlite3.Error as exc:
-                    raise self._store_error(exc) from None
-                if out is not None:
-                    self._wrote()
-            else:
-                with self._tx() as conn:
-                    out = write(conn, row[4], now)
+            out = self._run_write(write, (row[4], now), autocommit)
             if out is not None:
                 return out
         raise errors.StoreError(f"{op} on task {task_id} kept racing; try again")
+
+    def _run_write(self, write, args: tuple, autocommit: bool) -> Any:
+        if not autocommit:
+            with self._tx() as conn:
+                return write(conn, *args)
+        try:
+            with self._writing():
+                out = self._busy.run(lambda: write(self._conn, *args))
+        except sqlite3.Error as exc:
+            raise self._store_error(exc) from None
+        if out is not None:
+            self._wrote()
+        return out
 
     def _keep_late(self, conn: sqlite3.Connection, task_id: str, agent_id: str,
                    token: str | None, result: Any, now: int) -> None:
@@ -606,110 +714,132 @@ class LeaseStore:
             self._keep_late(conn, task_id, agent_id, token, result, now)
 
     _HOLDER_WHERE = (
-        " WHERE task_id=:task_id AND status='CLAIMED' AND claim_token=:row_token"
-        " AND lease_expires_at > :now"
+        " WHERE task_id=:task_id AND status='CLAIMED'"
+        " AND ferry_token_eq(claim_token, :row_token) AND lease_expires_at > :now"
     )
+
+    def _holder_where(self, bound: bool) -> str:
+        """The guard as SQL; ``bound`` adds the holder's name (the caller's token is then
+        ``:row_token``, compared in constant time by ``ferry_token_eq``)."""
+        return self._HOLDER_WHERE + (" AND claimed_by=:agent" if bound else "")
 
     def fulfill(self, task_id: str, agent_id: str, token: str | None, result: Any = None) -> None:
         """CLAIMED -> COMPLETED with ``result``. A late result is refused but kept as salvage."""
         result_json = _to_json("result", result)
 
-        def write(conn: sqlite3.Connection, row_token: str, now: int) -> bool | None:
+        def write(conn: sqlite3.Connection, row_token: str, now: int,
+                  bound: bool = False) -> bool | None:
             n = conn.execute(
                 "UPDATE tasks SET status='COMPLETED', result=:result, completed_at=:now,"
-                " claim_token=NULL" + self._HOLDER_WHERE,
-                {"task_id": task_id, "row_token": row_token, "now": now, "result": result_json},
+                " claim_token=NULL" + self._holder_where(bound),
+                {"task_id": task_id, "row_token": row_token, "now": now, "result": result_json,
+                 "agent": agent_id},
             ).rowcount
             # one statement: triggers retire the token and unblock dependents
             return True if n == 1 else None
 
         self._holder_write("fulfill", task_id, agent_id, token, write,
-                           late_result=result, has_late=True, autocommit=True)
+                           late_result=result, has_late=True, autocommit=True, fast=True)
 
     def fail(self, task_id: str, agent_id: str, token: str | None, reason: str) -> None:
         """CLAIMED -> FAILED; dependents fail with a reason naming this task."""
         if not isinstance(reason, str) or not reason.strip():
             raise errors.InvalidArgument("fail needs a non-empty reason saying what went wrong")
 
-        def write(conn: sqlite3.Connection, row_token: str, now: int) -> bool | None:
+        def write(conn: sqlite3.Connection, row_token: str, now: int,
+                  bound: bool = False) -> bool | None:
             n = conn.execute(
                 "UPDATE tasks SET status='FAILED', error_reason=:reason, completed_at=:now,"
-                " claim_token=NULL" + self._HOLDER_WHERE,
-                {"task_id": task_id, "row_token": row_token, "now": now, "reason": reason},
+                " claim_token=NULL" + self._holder_where(bound),
+                {"task_id": task_id, "row_token": row_token, "now": now, "reason": reason,
+                 "agent": agent_id},
             ).rowcount
             if n != 1:
                 return None
             self._cascade(conn, now)
             return True
 
-        self._holder_write("fail", task_id, agent_id, token, write)
+        self._holder_write("fail", task_id, agent_id, token, write, fast=True)
 
     def release(self, task_id: str, agent_id: str, token: str | None, reason: str = "") -> None:
         """CLAIMED -> SUBMITTED at the tail of the queue; the token is retired for good."""
         if not isinstance(reason, str):
             raise errors.InvalidArgument("reason must be a string")
 
-        def write(conn: sqlite3.Connection, row_token: str, now: int) -> bool | None:
-            count = conn.execute(
-                "SELECT release_count FROM tasks WHERE task_id=?", (task_id,)).fetchall()[0][0]
-            if count >= self.max_releases:
-                raise errors.LimitExceeded(
-                    f"task {task_id} was released {count} times (max_releases="
-                    f"{self.max_releases}); fail it instead"
-                )
+        def write(conn: sqlite3.Connection, row_token: str, now: int,
+                  bound: bool = False) -> bool | None:
+            if not bound:  # the guard passed: name the limit before trying
+                count = conn.execute(
+                    "SELECT release_count FROM tasks WHERE task_id=?", (task_id,)
+                ).fetchall()[0][0]
+                if count >= self.max_releases:
+                    raise errors.LimitExceeded(
+                        f"task {task_id} was released {count} times (max_releases="
+                        f"{self.max_releases}); fail it instead"
+                    )
             n = conn.execute(  # one statement; a trigger retires the token
                 "UPDATE tasks SET status='SUBMITTED', claim_token=NULL, claimed_by=NULL,"
                 " claimed_at=NULL, lease_expires_at=NULL, extend_count=0,"
                 " release_count=release_count + 1, queued_at=:now,"
-                " queue_deadline=:now + queue_ttl_ms" + self._HOLDER_WHERE
+                " queue_deadline=:now + queue_ttl_ms" + self._holder_where(bound)
                 + " AND release_count < :max",
                 {"task_id": task_id, "row_token": row_token, "now": now,
-                 "max": self.max_releases},
+                 "max": self.max_releases, "agent": agent_id},
             ).rowcount
             return True if n == 1 else None
 
-        self._holder_write("release", task_id, agent_id, token, write, autocommit=True)
+        self._holder_write("release", task_id, agent_id, token, write, autocommit=True,
+                           fast=True)
 
     def extend(self, task_id: str, agent_id: str, token: str | None) -> int:
         """Renew the lease to ``now + exec_ttl_ms``; returns the new expiry."""
 
-        def write(conn: sqlite3.Connection, row_token: str, now: int) -> int | None:
-            count, ttl, created, qttl = conn.execute(
-                "SELECT extend_count, exec_ttl_ms, created_at, queue_ttl_ms FROM tasks"
-                " WHERE task_id=?", (task_id,)).fetchall()[0]
-            if count >= self.max_extends:
-                raise errors.LimitExceeded(
-                    f"task {task_id}: lease already extended {count} times (max_extends="
-                    f"{self.max_extends}); finish or release it"
-                )
-            if now + ttl > created + 4 * qttl:
-                raise errors.LimitExceeded(
-                    f"task {task_id}: extending to {now + ttl} would pass the hard limit "
-                    f"created_at + 4 * queue_ttl_ms = {created + 4 * qttl}"
-                )
-            rows = conn.execute(
+        def write(conn: sqlite3.Connection, row_token: str, now: int,
+                  bound: bool = False) -> int | None:
+            if not bound:  # the guard passed: name the limit before trying
+                count, ttl, created, qttl = conn.execute(
+                    "SELECT extend_count, exec_ttl_ms, created_at, queue_ttl_ms FROM tasks"
+                    " WHERE task_id=?", (task_id,)).fetchall()[0]
+                if count >= self.max_extends:
+                    raise errors.LimitExceeded(
+                        f"task {task_id}: lease already extended {count} times (max_extends="
+                        f"{self.max_extends}); finish or release it"
+                    )
+                if now + ttl > created + 4 * qttl:
+                    raise errors.LimitExceeded(
+                        f"task {task_id}: extending to {now + ttl} would pass the hard limit "
+                        f"created_at + 4 * queue_ttl_ms = {created + 4 * qttl}"
+                    )
+            rows = conn.execute(  # the limits are repeated here: the read above may be stale
                 "UPDATE tasks SET lease_expires_at=:now + exec_ttl_ms,"
-                " extend_count=extend_count + 1" + self._HOLDER_WHERE + " RETURNING lease_expires_at",
-                {"task_id": task_id, "row_token": row_token, "now": now},
+                " extend_count=extend_count + 1" + self._holder_where(bound)
+                + " AND extend_count < :max AND :now + exec_ttl_ms <= created_at + 4 * queue_ttl_ms"
+                " RETURNING lease_expires_at",
+                {"task_id": task_id, "row_token": row_token, "now": now,
+                 "max": self.max_extends, "agent": agent_id},
             ).fetchall()
             return rows[0][0] if rows else None
 
-        return self._holder_write("extend", task_id, agent_id, token, write)
+        return self._holder_write("extend", task_id, agent_id, token, write, autocommit=True,
+                                  fast=True)
 
     def salvage(self, task_id: str, agent_id: str, token: str | None, partial: Any) -> None:
         """Append a partial artifact; it is kept forever, whatever happens to the task."""
         data = _to_json("partial", partial)
 
-        def write(conn: sqlite3.Connection, row_token: str, now: int) -> bool | None:
+        def write(conn: sqlite3.Connection, row_token: str, now: int,
+                  bound: bool = False) -> bool | None:
             n = conn.execute(
                 "INSERT INTO salvage(task_id, agent_id, kind, data, created_at)"
-                " SELECT task_id, :agent, 'partial', :data, :now FROM tasks" + self._HOLDER_WHERE,
+                " SELECT task_id, :agent, 'partial', :data, :now FROM tasks"
+                + self._holder_where(bound),
                 {"task_id": task_id, "row_token": row_token, "now": now, "agent": agent_id,
                  "data": data},
             ).rowcount
             return True if n == 1 else None
 
-        self._holder_write("salvage", task_id, agent_id, token, write)
+        self._holder_write("salvage", task_id, agent_id, token, write, autocommit=True,
+                           fast=True)
 
     # ------------------------------------------------------------------ reads
     def _view(self, row: tuple, now: int) -> TaskView:
@@ -759,7 +889,7 @@ class LeaseStore:
 
     # ------------------------------------------------------------------ daemon locks
     def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
-        """Take (or renew) a named lock held on [now, now + ttl_ms); one UPSERT (SPEC §6)."""
+        """Take (or renew) a named lock held on [now, now + ttl_ms); one UPSERT (PROTOCOL.md#sqlite-rules)."""
         _name("lock name", name)
         _name("owner", owner)
         _positive_int("ttl_ms", ttl_ms)
@@ -809,6 +939,9 @@ class LeaseStore:
 
     def __repr__(self) -> str:
         return f"LeaseStore({self.path!r}, claim_strategy={self.claim_strategy!r})"
+
+
+LeaseStore._compose_sql()
 
 
 def cas_store(path: str, *, clock: Clock | None = None) -> LeaseStore:

@@ -21,13 +21,13 @@ from .bench import HIST_EDGES_MS  # noqa: E402
 _DPI = 110
 
 
-def _series(result: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+def _series(result: dict[str, Any]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
     """Runs grouped by (strategy, busy policy), each sorted by worker count."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for r in result["runs"]:
         if r.get("error"):
             continue
-        groups.setdefault((r["strategy"], r["busy_policy"]), []).append(r)
+        groups.setdefault((r["strategy"], r["busy_policy"], r.get("label", "")), []).append(r)
     for runs in groups.values():
         runs.sort(key=lambda r: r["workers"])
     return groups
@@ -44,7 +44,7 @@ def _agg(runs: list[dict[str, Any]], value: Any) -> tuple[list[int], list[float]
     return xs, med, [min(by_w[w]) for w in xs], [max(by_w[w]) for w in xs]
 
 
-def _line(ax: Any, runs: list[dict[str, Any]], value: Any, key: tuple[str, str], index: int,
+def _line(ax: Any, runs: list[dict[str, Any]], value: Any, key: tuple[str, ...], index: int,
           floor: float = 0.0) -> None:
     xs, med, lo, hi = _agg(runs, value)
     style = _style(key, index)
@@ -54,14 +54,16 @@ def _line(ax: Any, runs: list[dict[str, Any]], value: Any, key: tuple[str, str],
                         color=line.get_color(), alpha=0.15, linewidth=0)
 
 
-def _style(key: tuple[str, str], index: int) -> dict[str, Any]:
-    strategy, _policy = key
+def _style(key: tuple[str, ...], index: int) -> dict[str, Any]:
+    strategy = key[0]
     return {"marker": "os^Dv<>p*h"[index % 10],
             "linestyle": "-" if strategy in ("cas", "as-is") else "--"}
 
 
-def _label(key: tuple[str, str]) -> str:
-    return "as measured" if key == ("as-is", "as-is") else f"{key[0]} / {key[1]}"
+def _label(key: tuple[str, ...]) -> str:
+    if len(key) > 2 and key[2]:
+        return key[2]  # the bench's own label (names the store when several are compared)
+    return "as measured" if key[:2] == ("as-is", "as-is") else f"{key[0]} / {key[1]}"
 
 
 def _workers_axis(ax: Any, result: dict[str, Any]) -> None:
@@ -148,10 +150,10 @@ def plot_share(result: dict[str, Any], path: Path) -> None:
 
 def plot_tail(result: dict[str, Any], path: Path, workers: int) -> bool:
     """Survival function P(latency > x) at one worker count, from the runs' histograms."""
-    merged: dict[tuple[str, str], list[int]] = {}  # histograms summed over repetitions
+    merged: dict[tuple[str, ...], list[int]] = {}  # histograms summed over repetitions
     for r in result["runs"]:
         if r["workers"] == workers and not r.get("error"):
-            key = (r["strategy"], r["busy_policy"])
+            key = (r["strategy"], r["busy_policy"], r.get("label", ""))
             prev = merged.get(key, [0] * len(r["latency_hist"]))
             merged[key] = [a + b for a, b in zip(prev, r["latency_hist"], strict=True)]
     if not merged:

@@ -286,16 +286,18 @@ def _do_claim(st: TaskState, op: Op, claim: dict[str, Any] | None, cfg: ModelCon
 
 
 def _late_salvage(st: TaskState, op: Op, cfg: ModelConfig) -> TaskState:
-    """A late result kept as salvage (PROTOCOL.md#operations). Required when the lapsed lease's token was
-    refused with ``LeaseExpired`` by its holder (any agent, for bearer tokens); optional
-    for any other token whose lease ended by time (the store applied the expiry, or the
-    task was claimed again, and refused otherwise), and for a late ``fail``'s reason
-    (PROTOCOL.md#freedoms-a-correct-store-may-take: a store may keep those too)."""
+    """A late result kept as salvage (PROTOCOL.md#late-results). Required when the claiming
+    agent presents its lapsed token, is refused with ``LeaseExpired``, and is the first call
+    to see the expiry; optional otherwise (another agent with the token, a store that had
+    already applied the expiry, a task claimed again since, a late ``fail``'s reason:
+    PROTOCOL.md#freedoms-a-correct-store-may-take)."""
     token = op.args.get("token")
     if token not in st.late or op.op not in ("fulfill", "fail"):
         return st
     current = st.lapsed is not None and token == st.lapsed[1]
-    holder = current and (op.agent == st.lapsed[0] or not cfg.holder_binding)
+    # another agent with the token may or may not be its holder (a store may bind
+    # claims to agents), so only the claiming agent's own late result is required
+    holder = current and op.agent == st.lapsed[0]
     # the call that sees the expiry first must keep the result; once another call may have
     # applied it (any write at or after the lapse, concurrent racers included), a store may
     # refuse the late result without keeping it (PROTOCOL.md#freedoms-a-correct-store-may-take: when expiry is applied is free)

@@ -54,6 +54,28 @@ def empty_store(path: str, *, clock) -> LeaseStore:
     return _Empty(path, clock=clock)
 
 
+class _Twice(LeaseStore):
+    """Delivers every 10th task a second time and accepts its second fulfill (a bug)."""
+
+    _n = 0
+    _last = None
+
+    def poll_next(self, agent_id):
+        self._n += 1
+        if self._last is not None and self._n % 10 == 0:
+            return self._last
+        self._last = super().poll_next(agent_id)
+        return self._last
+
+    def fulfill(self, task_id, agent_id, token, result=None):
+        if self.get(task_id).status != "COMPLETED":
+            super().fulfill(task_id, agent_id, token, result)
+
+
+def twice_store(path: str, *, clock) -> LeaseStore:
+    return _Twice(path, clock=clock)
+
+
 @pytest.fixture(scope="module")
 def small_result():
     before = set(children_of(os.getpid()))
@@ -128,6 +150,46 @@ def test_other_targets_are_measured_as_they_are():
     assert (run["strategy"], run["busy_policy"]) == (bench.AS_IS, bench.AS_IS)
     assert sum(run["per_worker_claims"]) == 100 and run["cas_miss_source"] == "poll-none"
     assert any("not ferry_core" in n for n in res["notes"])
+
+
+def test_several_targets_are_compared_in_one_interleaved_run():
+    before = set(children_of(os.getpid()))
+    res = bench.run_bench(f"ferry_core:LeaseStore,{__name__}:stock_store", workers=[1, 2],
+                          strategies=["cas"], policies=["hybrid"], tasks=60, repeat=2,
+                          ceiling_updates=1_000, ceiling_samples=1, timeout_s=60)
+    assert_no_children_left(before)
+    order = [(r["rep"], r["workers"], r["label"]) for r in res["runs"]]
+    labels = ["ferry_core cas/hybrid", "test_bench:stock_store"]
+    assert order == [(rep, w, lab) for rep in (1, 2) for w in (1, 2) for lab in labels]
+    for r in res["runs"]:
+        assert r["verified"]["ok"] and r["verified"]["completed_distinct"] == 60, r["verified"]
+        assert r["raw_half"] == pytest.approx(r["ceiling"] / 2)
+        assert r["lifecycle_ratio"] == pytest.approx(r["lifecycles_per_s"] / r["raw_half"])
+    table = bench.compare_table(res)
+    assert sum(1 for line in table if line.startswith("| ferry_core cas/hybrid |")) == 1
+    assert sum(1 for line in table if line.startswith("| test_bench:stock_store |")) == 1
+    core = [r for r in res["runs"] if r["label"].startswith("ferry_core")]
+    assert all(r["cas_misses"] == 0 for r in core)  # the one-statement claim never loses
+
+
+def test_verify_delivery_counts_duplicates_and_losses():
+    ok = {0: {"claimed_ids": ["a", "b"], "done_ids": ["a", "b"]}}
+    assert bench.verify_delivery(ok, 2)["ok"]
+    dup = {0: {"claimed_ids": ["a", "b"], "done_ids": ["a", "b"]},
+           1: {"claimed_ids": ["a"], "done_ids": ["a"]}}
+    v = bench.verify_delivery(dup, 2)
+    assert not v["ok"] and v["claimed_twice"] == 1 and v["completed_twice"] == 1
+    lost = bench.verify_delivery({0: {"claimed_ids": ["a"], "done_ids": ["a"]}}, 2)
+    assert not lost["ok"] and lost["never_completed"] == 1
+
+
+def test_a_store_that_delivers_twice_fails_the_bench_with_exit_1(capsys):
+    before = set(children_of(os.getpid()))
+    rc = main(["bench", "--target", f"{__name__}:twice_store", "--workers", "1",
+               "--tasks", "40", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "exactly once" in err and "claimed twice" in err, err
+    assert_no_children_left(before)
 
 
 def test_a_hanging_store_is_killed_at_the_timeout(tmp_path):

@@ -13,6 +13,8 @@ ADAPTERS: dict[str, str] = {
     "persist_queue": "persist-queue",
     "litequeue": "litequeue",
     "localqueue": "localqueue",
+    "huey": "huey",
+    "simplebroker": "simplebroker",
 }
 
 

@@ -34,6 +34,41 @@ def test_bench_claim_fulfill(benchmark, store, clock):
     assert done and all(store.get(t).status == COMPLETED for t in done[-5:])
 
 
+def test_bench_claim_path(benchmark, store, clock):
+    """poll_next alone (the claim path: one read, one UPDATE); fulfils are untimed."""
+    benchmark.group = "claim path"
+    held = []
+
+    def setup():
+        while held:
+            c = held.pop()
+            store.fulfill(c.task_id, "bench", c.token, None)
+        store.dispatch(None)
+        clock.advance(1)
+
+    benchmark.pedantic(lambda: held.append(store.poll_next("bench")), setup=setup,
+                       rounds=1_000, warmup_rounds=20)
+    assert held and held[-1] is not None
+
+
+def test_bench_fulfill_path(benchmark, store, clock):
+    """fulfill alone (one guarded UPDATE); dispatch and claim are untimed."""
+    benchmark.group = "fulfill path"
+    ready = []
+
+    def setup():
+        store.dispatch(None)
+        clock.advance(1)
+        ready.append(store.poll_next("bench"))
+
+    def fulfill():
+        c = ready.pop()
+        store.fulfill(c.task_id, "bench", c.token, {"ok": True})
+
+    benchmark.pedantic(fulfill, setup=setup, rounds=1_000, warmup_rounds=20)
+    assert not ready
+
+
 def _build_queue(path: str, size: int) -> None:
     """``size`` ready SUBMITTED tasks in one executemany, mirroring dispatch's columns."""
     with LeaseStore(path, clock=ManualClock(T0)) as s:

@@ -1,0 +1,150 @@
+"""The precision and recall matrix: correct stores × 0 violations, broken stores × their name.
+
+    python -m tests.matrix                      # 3 seeds × 30 s, both modes (about 40 min)
+    python -m tests.matrix --budget 5 --seeds 0 # a quick look
+
+Every run is a real ``ferry-harness fuzz`` process, as a user would start it; two run at a
+time. Writes ``reports/matrix/matrix.md`` and ``matrix.json`` (the README's table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+# correct stores: every one must pass (name -> target)
+CORRECT: dict[str, str] = {
+    "bearer_immediate": "tests.variants.bearer_immediate:make_store",
+    "cas_lazy": "tests.variants.cas_lazy:make_store",
+    "agent_bound": "tests.variants.agent_bound:make_store",
+    "agent_bound+declared": "tests.variants.agent_bound:make_declared",
+    "minimal_slow": "tests.variants.minimal_slow:make_store",
+    "two_conn_slow30": "tests.variants.two_conn_slow30:make_store",
+}
+
+
+def broken_targets() -> dict[str, tuple[str, str]]:
+    """Broken stores: name -> (target, the invariant it must be named under first)."""
+    from tests.broken_stores import BROKEN
+
+    out = {f"ferry_core/{k}": (f"tests.broken_stores:{k}", inv) for k, (inv, _why) in BROKEN.items()}
+    try:
+        from tests.variants.broken_slow import BROKEN_SLOW
+    except ImportError:  # the slow-base corpus is optional while it is being written
+        BROKEN_SLOW = {}
+    out.update({f"slow/{k}": (f"tests.variants.broken_slow:{k}", inv)
+                for k, (inv, _why) in BROKEN_SLOW.items()})
+    return out
+
+
+def fuzz(target: str, *, mode: str, seed: int, budget: float, out: Path) -> dict[str, Any]:
+    """One campaign in its own process; its report, plus the wall time it took."""
+    cmd = [sys.executable, "-m", "harness", "fuzz", "--target", target, "--mode", mode,
+           "--seed", str(seed), "--budget", str(budget), "--example-db", "none", "--quiet",
+           "--report-dir", str(out)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget * 1.1 + 60)
+    wall = time.perf_counter() - t0
+    try:
+        report = json.loads((out / "report.json").read_text())
+    except (OSError, ValueError):
+        report = {"verdict": "error", "violations": [], "stats": {},
+                  "error": (proc.stderr or proc.stdout)[-400:]}
+    report["wall_s"] = round(wall, 1)
+    report["exit_code"] = proc.returncode
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.matrix", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--budget", type=float, default=30.0, help="seconds per run (30)")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (0,1,2)")
+    parser.add_argument("--modes", default="stress,schedule", help="modes for correct stores")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (2)")
+    parser.add_argument("--only", choices=("precision", "recall"), default=None)
+    parser.add_argument("--out", default="reports/matrix", help="output directory")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    modes = args.modes.split(",")
+    out = Path(args.out)
+    runs: list[tuple[str, str, str, str, int, str | None]] = []
+    if args.only != "recall":
+        runs += [("precision", name, t, m, s, None) for name, t in CORRECT.items()
+                 for m in modes for s in seeds]
+    if args.only != "precision":
+        runs += [("recall", name, t, "stress", s, inv) for name, (t, inv) in broken_targets().items()
+                 for s in seeds]
+
+    def one(run: tuple[str, str, str, str, int, str | None]) -> dict[str, Any]:
+        kind, name, target, mode, seed, want = run
+        d = out / "runs" / f"{name.replace('/', '_')}-{mode}-{seed}"
+        rep = fuzz(target, mode=mode, seed=seed, budget=args.budget, out=d)
+        first = rep["violations"][0] if rep.get("violations") else None
+        row = {"kind": kind, "name": name, "mode": mode, "seed": seed, "want": want,
+               "verdict": rep.get("verdict"), "named": first["invariant"] if first else None,
+               "message": first["message"][:300] if first else None,
+               "detect_s": rep.get("discovery", {}).get("seconds_to_detect"),
+               "reproduced": first.get("reproduced") if first else None,
+               "examples": rep.get("stats", {}).get("examples"),
+               "seconds": rep.get("stats", {}).get("seconds"), "wall_s": rep["wall_s"],
+               "exit_code": rep["exit_code"]}
+        print(f"{kind:9} {name:34} {mode:8} seed {seed}: {row['verdict']} "
+              f"{row['named'] or ''} {row['detect_s'] or ''} wall {row['wall_s']}s", flush=True)
+        return row
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        rows = list(pool.map(one, runs))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "matrix.json").write_text(json.dumps({"budget_s": args.budget, "seeds": seeds,
+                                                 "rows": rows}, indent=2) + "\n")
+    md = render(rows, args.budget, seeds)
+    (out / "matrix.md").write_text(md)
+    print(md)
+    bad = [r for r in rows if (r["kind"] == "precision" and r["verdict"] != "pass")
+           or (r["kind"] == "recall" and r["named"] != r["want"])]
+    return 1 if bad else 0
+
+
+def render(rows: list[dict[str, Any]], budget: float, seeds: list[int]) -> str:
+    """The two tables, as the README shows them."""
+    lines = [f"# Precision and recall matrix ({len(seeds)} seeds × {budget:g} s per run)", "",
+             "Regenerate: `python -m tests.matrix` (see its `--help`).", "",
+             "## Correct stores (precision): violations per run", "",
+             "| store | mode | runs | violations | examples (median) | wall s (max) |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    prec = [r for r in rows if r["kind"] == "precision"]
+    for key in sorted({(r["name"], r["mode"]) for r in prec}):
+        rs = [r for r in prec if (r["name"], r["mode"]) == key]
+        fails = [r for r in rs if r["verdict"] != "pass"]
+        ex = statistics.median(r["examples"] or 0 for r in rs)
+        lines.append(f"| {key[0]} | {key[1]} | {len(rs)} | {len(fails)} | {ex:g} | "
+                     f"{max(r['wall_s'] for r in rs):.1f} |")
+        for r in fails:
+            lines.append(f"|  ↳ seed {r['seed']} | | | {r['verdict']} | | {r['named']}: "
+                         f"{(r['message'] or '').replace('|', '/')[:160]} |")
+    rec = [r for r in rows if r["kind"] == "recall"]
+    if rec:
+        lines += ["", "## Broken stores (recall): the name ferry files it under first", "",
+                  "| broken store | expected | named first (runs) | median s to detect | replays |",
+                  "| --- | --- | --- | ---: | --- |"]
+        for name in sorted({r["name"] for r in rec}):
+            rs = [r for r in rec if r["name"] == name]
+            named = ", ".join(sorted({str(r["named"]) for r in rs}))
+            ok = sum(r["named"] == r["want"] for r in rs)
+            times = [r["detect_s"] for r in rs if r["detect_s"] is not None and r["named"]]
+            med = f"{statistics.median(times):.2f}" if times else "—"
+            reps = " ".join(str(r["reproduced"]) for r in rs)
+            lines.append(f"| {name} | {rs[0]['want']} | {named} ({ok}/{len(rs)}) | {med} | {reps} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""What a lifecycle costs, counted in SQL statements (not timed), and the one-statement claim.
+
+The claim picks and takes in one UPDATE under the write lock (it cannot lose a race), and a
+holder operation that succeeds is one guarded statement with no read before it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+
+import pytest
+
+from ferry_core import LeaseStore, PermissionDenied, WrongState
+from ferry_core.types import Claim
+
+
+def _traced(store: LeaseStore, fn) -> list[str]:
+    """The statements ``fn()`` ran on the store's connection. SQLite reports a statement
+    again for every trigger program it runs, so consecutive repeats are one statement."""
+    seen: list[str] = []
+    store._conn.set_trace_callback(seen.append)
+    try:
+        fn()
+    finally:
+        store._conn.set_trace_callback(None)
+    out: list[str] = []
+    for sql in seen:
+        if not sql.lstrip().startswith("--") and (not out or out[-1] != sql.strip()):
+            out.append(sql.strip())
+    return out
+
+
+def _kinds(stmts: list[str]) -> list[str]:
+    return [s.split()[0].upper() for s in stmts]
+
+
+def test_a_cas_lifecycle_is_one_read_and_two_writes(store_factory, clock):
+    store = store_factory(claim_strategy="cas")
+    tid = store.dispatch(None)
+    out: list[Claim] = []
+    poll = _traced(store, lambda: out.append(store.poll_next("A")))
+    assert _kinds(poll) == ["SELECT", "UPDATE"], poll
+    assert "WHERE seq=(SELECT seq FROM" in poll[1]  # pick and take: one statement
+    fulfill = _traced(store, lambda: store.fulfill(tid, "A", out[0].token, {"ok": 1}))
+    assert _kinds(fulfill) == ["UPDATE"], fulfill
+    assert store.get(tid).status == "COMPLETED"
+    tokens = store._conn.execute("SELECT task_id, retired_why FROM claim_tokens").fetchall()
+    assert tokens == [(tid, "complete")]  # the trigger still wrote the history
+
+
+def test_an_immediate_poll_is_one_short_transaction(store_factory):
+    store = store_factory(claim_strategy="immediate")
+    store.dispatch(None)
+    poll = _traced(store, lambda: store.poll_next("A"))
+    assert _kinds(poll) == ["SELECT", "BEGIN", "SELECT", "UPDATE", "COMMIT"], poll
+
+
+@pytest.mark.parametrize("strategy", ["cas", "immediate"])
+def test_an_idle_poll_is_one_read(store_factory, strategy):
+    store = store_factory(claim_strategy=strategy)
+    assert _kinds(_traced(store, lambda: store.poll_next("A"))) == ["SELECT"]
+
+
+@pytest.mark.parametrize("op", ["extend", "release", "salvage", "fail", "fulfill"])
+def test_a_holder_op_that_succeeds_reads_nothing_first(store, op):
+    tid = store.dispatch(None, exec_ttl_ms=1_000, queue_ttl_ms=10_000)
+    c = store.claim(tid, "A")
+    calls = {
+        "extend": lambda: store.extend(tid, "A", c.token),
+        "release": lambda: store.release(tid, "A", c.token),
+        "salvage": lambda: store.salvage(tid, "A", c.token, {"part": 1}),
+        "fail": lambda: store.fail(tid, "A", c.token, "broken"),
+        "fulfill": lambda: store.fulfill(tid, "A", c.token, 1),
+    }
+    stmts = _traced(store, calls[op])
+    assert "SELECT" not in _kinds(stmts), stmts
+    assert len([k for k in _kinds(stmts) if k in ("UPDATE", "INSERT")]) >= 1
+
+
+def test_a_refused_holder_op_still_names_its_refusal(store):
+    tid = store.dispatch(None)
+    c = store.claim(tid, "A")
+    with pytest.raises(PermissionDenied):
+        store.fulfill(tid, "B", c.token, 1)  # the token alone is not enough here
+    store.fulfill(tid, "A", c.token, 1)
+    with pytest.raises(WrongState):
+        store.fulfill(tid, "A", c.token, 2)
+    assert store.get(tid).result == 1
+
+
+def test_the_claim_picks_under_the_write_lock(store_factory, clock):
+    """B's read says 'ready', then A takes the oldest task before B's write: B's claim
+    still succeeds, on the next task (a pick-then-CAS would have lost the race)."""
+    a, b = store_factory(claim_strategy="cas"), store_factory(claim_strategy="cas")
+    first = a.dispatch(None)
+    clock.advance(1)
+    second = a.dispatch(None)
+    real_check = b._poll_check
+    got: list[Claim] = []
+
+    def check_then_let_a_in(agent_id, now):
+        out = real_check(agent_id, now)
+        got.append(a.poll_next("A"))
+        return out
+
+    b._poll_check = check_then_let_a_in
+    cb = b.poll_next("B")
+    assert got[0].task_id == first and cb is not None and cb.task_id == second
+
+
+def test_an_idle_poll_takes_no_write_lock(store_factory, db_path):
+    store = store_factory(busy_timeout_ms=100)
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        wal = os.path.getsize(db_path + "-wal")
+        t0 = time.monotonic()
+        assert store.poll_next("A") is None
+        assert time.monotonic() - t0 < 0.05  # never waited for the lock
+        assert os.path.getsize(db_path + "-wal") == wal
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+
+
+def test_the_claim_next_statement_uses_the_ready_index_and_the_rowid(store):
+    for i in range(30):
+        store.dispatch(None if i % 2 else "A")
+    store._conn.execute("ANALYZE")
+    plan = [r[3] for r in store._conn.execute(
+        "EXPLAIN QUERY PLAN " + LeaseStore._CLAIM_NEXT,
+        {"agent": "A", "token": "t", "now": 1}).fetchall()]
+    assert any("tasks_ready" in p for p in plan), plan
+    assert any("INTEGER PRIMARY KEY" in p for p in plan), plan
+    assert not any(p.strip() == "SCAN tasks" for p in plan), plan
+
+
+def test_subclasses_that_replace_a_hook_keep_the_path_that_calls_it():
+    class OwnCas(LeaseStore):
+        def _cas_claim(self, conn, task_id, agent_id, now):
+            return super()._cas_claim(conn, task_id, agent_id, now)
+
+    class OwnGuard(LeaseStore):
+        def _guard(self, task_id, agent_id, token, now):
+            return super()._guard(task_id, agent_id, token, now)
+
+    assert LeaseStore._CLAIM_NEXT and LeaseStore._FAST_HOLDER
+    assert OwnCas._CLAIM_NEXT is None and OwnCas._FAST_HOLDER
+    assert OwnGuard._CLAIM_NEXT and not OwnGuard._FAST_HOLDER
