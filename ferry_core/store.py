@@ -45,9 +45,16 @@ _VIEW_COLUMNS = """
 _GUARD_COLUMNS = "status, target_agent, claimed_by, lease_expires_at, claim_token"
 
 
-def _positive_int(name: str, value: Any) -> int:
+# Times are int64 milliseconds in SQLite: a TTL so large that now + ttl overflows (or turns
+# into a float) is refused, not stored.
+MAX_TTL_MS = 10 * 365 * 24 * 3600 * 1000  # ten years
+
+
+def _positive_int(name: str, value: Any, limit: int = 2**62) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise errors.InvalidArgument(f"{name} must be a positive integer (ms or count), got {value!r}")
+    if value > limit:
+        raise errors.InvalidArgument(f"{name} must be at most {limit}, got {value!r}")
     return value
 
 
@@ -71,7 +78,14 @@ def _to_json(kind: str, value: Any) -> str:
 
 
 def _from_json(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    """A stored JSON value; a row another program damaged is a StoreError, not a crash."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise errors.StoreError(f"a stored payload/result is not valid JSON ({exc}): the "
+                                "database was written by something other than this store") from None
 
 
 def _token_eq(stored: str | None, given: str | None) -> int:
@@ -323,11 +337,14 @@ class LeaseStore:
             _name("target_agent", target_agent)
         if not isinstance(title, str) or not isinstance(requester, str):
             raise errors.InvalidArgument("title and requester must be strings")
-        _positive_int("queue_ttl_ms", queue_ttl_ms)
-        _positive_int("exec_ttl_ms", exec_ttl_ms)
-        _positive_int("max_attempts", max_attempts)
-        if isinstance(depends_on, str):
-            raise errors.InvalidArgument("depends_on must be a list of task ids, not one string")
+        _positive_int("queue_ttl_ms", queue_ttl_ms, MAX_TTL_MS)
+        _positive_int("exec_ttl_ms", exec_ttl_ms, MAX_TTL_MS)
+        _positive_int("max_attempts", max_attempts, 1_000_000)
+        if depends_on is None:
+            depends_on = ()
+        if isinstance(depends_on, (str, bytes)) or not isinstance(depends_on, Iterable):
+            raise errors.InvalidArgument(
+                f"depends_on must be a list of task ids, got {type(depends_on).__name__}")
         deps = list(dict.fromkeys(depends_on))
         for dep in deps:
             _name("dependency id", dep)
@@ -868,6 +885,8 @@ class LeaseStore:
 
     def inspect(self, agent_id: str | None = None) -> list[TaskView]:
         """Every task (or those for/held by ``agent_id``), oldest first. Read only."""
+        if agent_id is not None:
+            _name("agent_id", agent_id)
         now = self._now()
         if agent_id is None:
             rows = self._rows(f"SELECT {_VIEW_COLUMNS} FROM tasks ORDER BY seq")

@@ -31,6 +31,7 @@ from .executor import Executor, Stats
 from .generator import ViolationFound, machine_for
 from .history import History
 from .model import ModelConfig
+from .provenance import provenance
 from .schedule import compact
 
 REPLAY_TRIES = 10
@@ -327,6 +328,7 @@ class Campaign:
         steady = sorted(self.example_times)[len(self.example_times) // 2] if self.example_times else None
         report: dict[str, Any] = {
             "verdict": verdict,
+            "ferry": provenance(),
             "target": self.cfg.target,
             "mode": self.cfg.mode,
             "seed": self.cfg.seed,
@@ -515,9 +517,5 @@ def write_report(outcome: Outcome, *, argv_replay: str | None = None) -> Path:
     (d / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     history.write_jsonl(d / "history.jsonl")
     (d / "report.md").write_text(render_markdown(report))
-    violating = {i for v in report["violations"] for i in v.get("ops", [])}
-    highlight = {i for v in report["violations"] for i in v.get("detail", {}).get("partition_ops", [])}
-    (d / "timeline.html").write_text(render_timeline(
-        list(history), violating=violating, highlight=highlight - violating,
-        title=f"ferry {report['verdict']}: {report['target']}"))
+    (d / "timeline.html").write_text(render_timeline(list(history), report=report))
     return d

@@ -15,11 +15,13 @@ from typing import Any
 
 from .history import FAIL, INFO, OK, History, Op
 from .linearizability import check_partition, partition
-from .model import WRITERS_NOW_MAX, ModelConfig, _j, step_lock, step_task
+from .model import WRITERS_NOW_MAX, ModelConfig, _j, bad_arguments, step_lock, step_task
 
 STATES = frozenset({"SUBMITTED", "CLAIMED", "COMPLETED", "FAILED", "TIMED_OUT"})
 COMPLETED = "COMPLETED"
 READS = frozenset({"get", "inspect", "salvaged", "lock_holder"})
+# ops whose arguments the generator may make hostile (wrong types, huge numbers, non-JSON)
+HOSTILE_OPS = frozenset({"dispatch", "claim", "get", "salvaged", "fulfill", "salvage"})
 
 INVARIANTS: dict[str, str] = {
     "single-winner": "a task is never held by two claims at once",
@@ -114,18 +116,27 @@ class Checker:
 
     def check(self, history: History, new_ops: list[Op] | None = None) -> list[Violation]:
         """All violations visible in ``history``; with ``new_ops``, only objects they touch."""
-        ops = list(history)
-        fresh = ops if new_ops is None else new_ops
+        everything = list(history)
+        for o in everything if new_ops is None else new_ops:
+            if o.op in HOSTILE_OPS and "invalid_args" not in o.extra:
+                why = bad_arguments(o, self.cfg)
+                if why:
+                    o.extra["invalid_args"] = why
+        # ops with invalid arguments are judged by the model alone (refused, or a
+        # typed-errors finding); the global rules read only well-formed ones
+        ops = [o for o in everything if "invalid_args" not in o.extra]
+        fresh_all = everything if new_ops is None else new_ops
+        fresh = [o for o in fresh_all if "invalid_args" not in o.extra]
         out: list[Violation] = []
         out += self._faults(fresh)
         out += self._liveness(fresh)
         out += self._double_wins(ops, fresh)
         out += self._secrets(ops, fresh)
-        out += self._linearizable(ops, fresh)
+        out += self._linearizable(everything, fresh_all)
         out += self._tokens(ops, fresh)
         out += self._dag(ops, fresh)
         out += self._wal(fresh)
-        out += self._typed(fresh)
+        out += self._typed(fresh_all)
         out += self._inspect(ops, fresh)
         out += self._ready_refused(ops, fresh)
         out += self._cascade(ops, fresh)
@@ -230,7 +241,13 @@ class Checker:
                     "one ready task has exactly one winner; likely fix: take the task in one "
                     "atomic statement (UPDATE … WHERE status='SUBMITTED', success iff one row "
                     "changed) or one BEGIN IMMEDIATE transaction, never select-then-update",
-                    ops=[first.index, second.index], detail={"object": f"task:{tid}"}))
+                    ops=[first.index, second.index],
+                    detail={"object": f"task:{tid}",
+                            "partition_ops": [o.index for o in ops if o.task_id == tid],
+                            "linearized_prefix": [o.index for o in ops if o.task_id == tid
+                                                  and o.index < first.index] + [first.index],
+                            "model_state": f"task {tid} CLAIMED by {first.agent!r} until "
+                                           f"{first.value.get('lease_expires_at')}"}))
                 reported.add(tid)
                 break
         return out
@@ -305,13 +322,28 @@ class Checker:
         for o in fresh:
             x = o.extra
             if "wal_before" in x and "wal_after" in x and x.get("idle"):
+                what = "an idle poll" if o.op == "poll_next" else f"a read ({o.op})"
                 if x["wal_after"] != x["wal_before"]:
-                    what = "an idle poll" if o.op == "poll_next" else f"a read ({o.op})"
                     out.append(Violation(
                         "idle-no-write",
                         f"{what} grew the -wal file from {x['wal_before']} to {x['wal_after']} "
                         "bytes: it wrote although there was nothing to do",
                         ops=[o.index]))
+                elif x.get("wal_mark_before") != x.get("wal_mark_after"):
+                    out.append(Violation(
+                        "idle-no-write",
+                        f"{what} appended to the WAL (its header or frame count changed: "
+                        f"{x.get('wal_mark_before')} -> {x.get('wal_mark_after')}), though the "
+                        "file size stayed the same: it wrote although there was nothing to do",
+                        ops=[o.index]))
+            if (o.op == "checkpoint" and "wal_after" in x and not x.get("reader")
+                    and o.type != OK and not _injected(o)):
+                out.append(Violation(
+                    "wal-bounded",
+                    f"checkpoint(TRUNCATE) with no outside reader open was "
+                    f"{'refused with ' + str(o.error) if o.type == FAIL else 'not answered'}"
+                    f"{': ' + str(o.message)[:120] if o.message else ''}: with no reader it "
+                    "must empty the -wal, or the WAL grows without bound", ops=[o.index]))
             if o.op == "checkpoint" and "wal_after" in x and not x.get("reader"):
                 if o.type == OK and str(o.args.get("mode", "TRUNCATE")).upper() == "TRUNCATE" and x["wal_after"] > 0:
                     out.append(Violation(
@@ -320,11 +352,13 @@ class Checker:
                         f"{x['wal_after']} bytes (returned {o.value}): a transaction or cursor "
                         "of the store itself is still open",
                         ops=[o.index]))
-            if x.get("wal_after", 0) > self.wal_bound:
+            peak = max(x.get("wal_after", 0), x.get("wal_after_step", 0))
+            if peak > self.wal_bound:
                 out.append(Violation(
                     "wal-bounded",
-                    f"the -wal file reached {x['wal_after']} bytes, over the bound of "
-                    f"{self.wal_bound}", ops=[o.index]))
+                    f"the -wal file reached {peak} bytes, over the bound of {self.wal_bound} "
+                    "(--wal-bound): under the store's normal traffic its WAL must stay "
+                    "bounded (checkpoints must be able to reset it)", ops=[o.index]))
         return out
 
     @staticmethod
@@ -505,6 +539,12 @@ class Checker:
             for o in fresh
             if o.type == INFO and o.error and o.note is None and o.error != "BarrierTimeout"
         ]
+
+
+def _injected(o: Op) -> bool:
+    """The op ended early because of ferry itself (a fault, the budget), not the store."""
+    note = o.note or ""
+    return "injected fault" in note or "budget" in note or "frozen" in note or "SIGKILL" in note
 
 
 def _concurrent(a: Op, b: Op) -> bool:

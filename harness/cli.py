@@ -43,6 +43,22 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _size(text: str) -> int:
+    """``64MiB``, ``8MB``, ``500000`` -> bytes (binary units either way)."""
+    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
+             "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+    t = text.strip().upper()
+    num = t.rstrip("KMGIB")
+    unit = t[len(num):]
+    try:
+        value = float(num) * units[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 64MiB or 500000)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a size must be positive, got {text!r}")
+    return int(value)
+
+
 def _faults(text: str) -> tuple[str, ...]:
     from .nemesis import FAULTS
 
@@ -93,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="Hypothesis example database (a directory) where failing examples "
                       "are saved and replayed first next time (default: DIR/examples under "
                       "the report directory; 'none' to disable)")
+    fuzz.add_argument("--wal-bound", type=_size, default=64 << 20, metavar="SIZE",
+                      help="the -wal may never grow past this (wal-bounded), e.g. 64MiB, "
+                      "8MiB, 500000 (bytes; default 64MiB)")
     fuzz.add_argument("--op-timeout", type=_positive_float, default=None, metavar="SECONDS",
                       help="an operation still running after this long is killed and reported "
                       "as a liveness finding (default: 20 × the slowest operation seen, "
@@ -171,6 +190,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                          max_examples=args.max_examples, seed=args.seed,
                          report_dir=args.report_dir, steps_per_example=args.steps,
                          faults=args.faults, mode=args.mode, op_timeout_s=args.op_timeout,
+                         wal_bound_bytes=args.wal_bound,
                          database=_example_db(args.example_db, args.report_dir))
     show, stop = _progress_printer(args.quiet)
     campaign = Campaign(cfg, progress=show)

@@ -585,6 +585,25 @@ class WorkerPool:
             for p in res.stalled:  # whatever they were doing, start them afresh
                 self.replace(slots[p])
 
+    def wal_mark(self) -> str:
+        """What changes whenever frames are appended to the WAL, whatever the file size:
+        the -wal header (its checkpoint sequence and salts change each time the log
+        restarts from its start) and the -shm index's mxFrame (frames in the log), read as
+        plain files — never through SQLite, which could itself write."""
+        parts = []
+        try:
+            with open(f"{self.path}-wal", "rb") as fh:
+                parts.append(fh.read(32).hex())
+        except (OSError, TypeError):
+            parts.append("-")
+        try:
+            with open(f"{self.path}-shm", "rb") as fh:
+                head = fh.read(48)
+            parts.append(str(int.from_bytes(head[16:20], "little")) if len(head) >= 20 else "-")
+        except (OSError, TypeError):
+            parts.append("-")
+        return f"{self.wal_size()}:" + ":".join(parts)
+
     def wal_size(self) -> int:
         """Size of the ``-wal`` file in bytes (0 if absent): measured, never opened."""
         try:

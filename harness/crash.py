@@ -54,6 +54,7 @@ from .clock import SharedClock
 from .history import INFO, OK, History, Op
 from .model import _j
 from .nemesis import TimedKill, draw_delay_ns, holds_wal_write_lock, stop
+from .provenance import provenance
 from .target import DEFAULT_TARGET, add_target_option, load_factory
 
 START_MS = 1_000_000_000
@@ -555,6 +556,7 @@ def summary_lines(rep: dict[str, Any]) -> list[str]:
 def write_report(rep: dict[str, Any], history: History, report_dir: str) -> Path:
     d = Path(report_dir)
     d.mkdir(parents=True, exist_ok=True)
+    rep = {"ferry": provenance(), **rep}
     (d / "crash.json").write_text(json.dumps(rep, indent=2, default=str) + "\n")
     history.write_jsonl(d / "history.jsonl")
     (d / "crash.md").write_text("# ferry crash campaign\n\n```\n" + "\n".join(summary_lines(rep))

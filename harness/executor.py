@@ -56,6 +56,48 @@ class KnownClaim:
     expires: int | None
 
 
+def _holder_hostile(field: str, value: Any) -> Any:
+    def make(ex: Executor) -> dict[str, Any] | None:
+        if not ex.claims:
+            return None
+        c = ex.claims[-1]
+        args = {"task_id": c.task_id, "token": c.token, "_agent": c.agent,
+                "result": {"ok": 1}, "partial": {"p": 1}}
+        args[field] = value
+        return args
+    return make
+
+
+def _dispatch_hostile(**bad: Any) -> Any:
+    def make(ex: Executor) -> dict[str, Any]:
+        args = {"target_agent": None, "queue_ttl_ms": 10_000, "exec_ttl_ms": 50,
+                "max_attempts": 1, "payload": {"n": -1}}
+        args.update(bad)
+        return args
+    return make
+
+
+# name -> (op, args builder). Every one must end in a typed refusal (InvalidArgument or
+# NotFound) or, where the protocol allows it, a plain answer: never a raw exception.
+HOSTILE_CASES: dict[str, tuple[str, Any]] = {
+    "dispatch-depends-on-int": ("dispatch", _dispatch_hostile(depends_on=5)),
+    "dispatch-unknown-dependency": ("dispatch", _dispatch_hostile(depends_on=["no-such-task"])),
+    "dispatch-huge-queue-ttl": ("dispatch", _dispatch_hostile(queue_ttl_ms=2**63 - 1)),
+    "dispatch-huge-exec-ttl": ("dispatch", _dispatch_hostile(exec_ttl_ms=2**63 - 2)),
+    "dispatch-negative-ttl": ("dispatch", _dispatch_hostile(queue_ttl_ms=-5)),
+    "dispatch-ttl-as-text": ("dispatch", _dispatch_hostile(exec_ttl_ms="50")),
+    "dispatch-non-json-payload": ("dispatch", _dispatch_hostile(payload={1, 2})),
+    "claim-unknown-id": ("claim", lambda ex: {"task_id": "no-such-task"}),
+    "claim-int-id": ("claim", lambda ex: {"task_id": 123}),
+    "get-unknown-id": ("get", lambda ex: {"task_id": "no-such-task"}),
+    "get-none-id": ("get", lambda ex: {"task_id": None}),
+    "salvaged-int-id": ("salvaged", lambda ex: {"task_id": 123}),
+    "fulfill-int-token": ("fulfill", _holder_hostile("token", 123)),
+    "fulfill-non-json-result": ("fulfill", _holder_hostile("result", {1, 2})),
+    "salvage-non-json-partial": ("salvage", _holder_hostile("partial", {3})),
+}
+
+
 class Executor:
     """One example: a fresh database, a fresh history, steps run one after another."""
 
@@ -177,6 +219,8 @@ class Executor:
             raise ValueError(f"unknown step kind {step['kind']!r}")
         handler(step)
         new = self.history.ops[start:]
+        if new and "wal-file" in self.capabilities:  # the growth bound, sampled every step
+            new[-1].extra["wal_after_step"] = self.pool.wal_size()
         self._learn(new)
         found = self.checker.check(self.history, new) if new else []
         self.violations.extend(found)
@@ -224,6 +268,9 @@ class Executor:
         c = self._claim(s["claim"])
         op, who = s["op"], s.get("who", "holder")
         other = self._slot(c.slot + 1)
+        if s.get("repeat"):  # the same holder again and again: limits must bite
+            self._repeat(c, op, s["repeat"])
+            return
         if who == "holder":
             racers = max(1, min(s.get("race", 1), self.pool.size))
             slots = [self._slot(c.slot + i) for i in range(racers)]
@@ -238,6 +285,36 @@ class Executor:
         elif who == "other-agent":  # the right token in the wrong agent's hands
             agent = "mallory"
         self._run([PlannedCall(other, op, args, agent)])
+
+    def _repeat(self, c: KnownClaim, op: str, times: int) -> None:
+        """``extend`` ``times`` times, or ``release`` and claim again ``times`` times."""
+        for i in range(times):
+            done = self._one(c.slot, op, c.agent, **self._holder_args(c, op, i))
+            if done.type != OK or op != "release":
+                continue
+            verb = "claim" if "claim" in self.capabilities else "poll_next"
+            args = {"task_id": c.task_id} if verb == "claim" else {}
+            again = self._one(c.slot, verb, c.agent, **args)
+            self._learn([again])
+            if again.type != OK or not again.value or again.value.get("task_id") != c.task_id:
+                return
+            c = self.claims[-1]
+
+    def _step_hostile(self, s: dict[str, Any]) -> None:
+        """One call with a hostile argument (see HOSTILE_CASES)."""
+        case = HOSTILE_CASES.get(s.get("case", ""))
+        if case is None:
+            return
+        op, make = case
+        if op not in self.capabilities:
+            return
+        args = make(self)
+        if args is None:
+            return
+        if op == "dispatch" and "dag" not in self.capabilities:
+            args.pop("depends_on", None)
+        agent = args.pop("_agent", "mallory")
+        self._one(1, op, agent, **args)
 
     def _step_clock(self, s: dict[str, Any]) -> None:
         if "tick" in s:
@@ -282,9 +359,10 @@ class Executor:
                 break
         else:
             return  # still claiming work: no idle instant to measure
-        before = self.pool.wal_size()
+        before, mark = self.pool.wal_size(), self.pool.wal_mark()
         op = self._one(0, "poll_next", "idle-probe")
         op.extra.update(wal_before=before, wal_after=self.pool.wal_size(),
+                        wal_mark_before=mark, wal_mark_after=self.pool.wal_mark(),
                         idle=op.type == OK and op.value is None)
 
     def _step_reads(self, s: dict[str, Any]) -> None:
@@ -299,10 +377,12 @@ class Executor:
         if "inspect" in self.capabilities:
             calls.append(("inspect", {}))
         for name, args in calls:
-            before = self.pool.wal_size()
+            before, mark = self.pool.wal_size(), self.pool.wal_mark()
             op = self._one(1, name, "reader", **args)
             if has_wal:
-                op.extra.update(wal_before=before, wal_after=self.pool.wal_size(), idle=True)
+                op.extra.update(wal_before=before, wal_after=self.pool.wal_size(),
+                                wal_mark_before=mark, wal_mark_after=self.pool.wal_mark(),
+                                idle=True)
 
     def _step_checkpoint(self, s: dict[str, Any]) -> None:
         if "checkpoint" not in self.capabilities or "wal-file" not in self.capabilities:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from .checker import Violation
-from .executor import Executor
+from .executor import HOSTILE_CASES, Executor
 
 AGENTS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 OWNERS = ("daemon-1", "daemon-2", "daemon-3", "daemon-4")
@@ -129,6 +129,21 @@ class FerryMachine(RuleBasedStateMachine):
     @rule(claim=st.integers(0, 40), offset=st.sampled_from([-1, 0, 1]))
     def lease_boundary(self, claim, offset):
         self._do({"kind": "clock", "claim": claim, "offset": offset})
+
+    @precondition(lambda self: self.ex.claims)
+    @rule(claim=st.integers(0, 40), op=st.sampled_from(["extend", "release"]),
+          times=st.integers(4, 7))
+    def limit_run(self, claim, op, times):
+        """Hit the per-claim extend cap and the release limit: the holder extends (or
+        releases and re-claims) several times in a row."""
+        self._do({"kind": "holder", "claim": claim, "op": op, "who": "holder", "race": 1,
+                  "repeat": times})
+
+    @rule(case=st.sampled_from(sorted(HOSTILE_CASES)))
+    def hostile(self, case):
+        """Wrong types, None, huge and negative numbers, non-JSON values, unknown ids: a
+        store refuses each with a typed error (typed-errors), never a raw exception."""
+        self._do({"kind": "hostile", "case": case})
 
     @rule(ms=st.sampled_from([1, 9, 60, 700]))
     def tick(self, ms):

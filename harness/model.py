@@ -309,10 +309,56 @@ def _late_salvage(st: TaskState, op: Op, cfg: ModelConfig) -> TaskState:
     return replace(st, salvage=st.salvage + ((kind, op.agent, _j(value), required),))
 
 
+def bad_arguments(op: Op, cfg: ModelConfig | None = None) -> str | None:
+    """Why an op's arguments are invalid whatever the state (a store must refuse it with
+    ``InvalidArgument``, before any guard), or None. TTLs count only for a target whose
+    leases / queue windows run on the harness clock (``cfg``)."""
+    cfg = cfg or ModelConfig()
+    a = op.args
+    token = a.get("token")
+    if token is not None and not isinstance(token, str):
+        return f"token {token!r} is not a string"
+    for key, used in (("result", cfg.results), ("partial", True)):
+        if used and key in a and not _is_json(a[key]):
+            return f"{key} {a[key]!r} is not JSON"
+    for key in ("task_id", "agent_id"):
+        if key in a and not (isinstance(a[key], str) and a[key]):
+            return f"{key} {a[key]!r} is not a non-empty string"
+    if op.op == "dispatch":
+        for key, used in (("queue_ttl_ms", cfg.queue_ttl), ("exec_ttl_ms", cfg.leases)):
+            v = a.get(key, 1)
+            if not used:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**62:
+                return f"{key} {v!r} is not a positive int64 number of ms"
+        deps = a.get("depends_on", ())
+        if deps is not None and (isinstance(deps, (str, bytes))
+                                 or not isinstance(deps, (list, tuple))):
+            return f"depends_on {deps!r} is not a list of task ids"
+        if "payload" in a and not _is_json(a["payload"]):
+            return f"payload {a['payload']!r} is not JSON"
+    return None
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
     token = op.args.get("token")
     fails, may = _guard_failures(st, op.agent, token, cfg)
+    bad = bad_arguments(op, cfg)
+    if bad:  # argument checks come before the guard
+        fails = ["InvalidArgument", *fails]
     if op.type == OK:
+        if bad:
+            return _illegal(st, "typed-errors", (
+                f"{op.op} of task {st.task_id} was accepted although {bad}: an invalid "
+                "argument is refused with InvalidArgument and changes nothing"))
         if fails:
             inv, why = _accepted_wrongly(st, op, cfg)
             return _illegal(st, inv, why)
@@ -532,11 +578,17 @@ def _may_cascade(st: TaskState) -> bool:
 def step_task(st: TaskState | None, op: Op, cfg: ModelConfig) -> Verdict:
     """One operation on one task's state. ``st`` is None before the dispatch."""
     if op.op == "dispatch":
+        bad = bad_arguments(op, cfg)
+        if bad and op.type == OK:
+            return _illegal(st, "typed-errors", (
+                f"dispatch was accepted (task {op.value}) although {bad}: an invalid argument "
+                "is refused with InvalidArgument"))
         if st is not None:
             return _illegal(st, "token-unique", f"task id {op.value} was issued twice")
         return _legal(new_task(op, cfg))
     if st is None:
-        if op.type == FAIL and op.error == "NotFound":
+        if op.type == FAIL and (op.error == "NotFound"
+                                or (op.error == "InvalidArgument" and bad_arguments(op, cfg))):
             return _legal(st)
         return _illegal(st, "linearizable", f"{op.op} on task {op.task_id} before its dispatch")
     before = st
@@ -715,6 +767,10 @@ class SequentialModel:
                 self.locks[op.args["name"]] = v.state
             return v
         if op.op == "dispatch":
+            if bad_arguments(op, self.cfg):
+                if op.type == FAIL and op.error == "InvalidArgument":
+                    return _legal(None)
+                return step_task(None, op, self.cfg)
             deps = tuple(op.args.get("depends_on") or ())
             missing = [d for d in deps if d not in self.tasks]
             if op.type == FAIL:

@@ -55,7 +55,7 @@ def call(store: Any, op: str, args: dict[str, Any], agent: str) -> Any:
     method = getattr(store, op)
     if op == "dispatch":
         kwargs = {k: args[k] for k in DISPATCH_KWARGS if k in args}
-        if "depends_on" in kwargs:
+        if isinstance(kwargs.get("depends_on"), tuple):  # JSON round trips make lists anyway
             kwargs["depends_on"] = list(kwargs["depends_on"])
         return method(args.get("target_agent"), **kwargs)
     positional = [agent if name == "agent" else args.get(name) for name in PROTOCOL[op]]

@@ -22,6 +22,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     report = report if isinstance(report, dict) else {}
     verdict = str(report.get("verdict") or "unknown").upper()
     out: list[str] = [f"# ferry fuzz run: {_text(verdict)}", ""]
+    out += story_markdown(report)
 
     facts = [(k, report.get(k)) for k in ("target", "mode", "seed", "workers")]
     facts = [(k, v) for k, v in facts if v is not None]
@@ -62,6 +63,40 @@ def render_markdown(report: dict[str, Any]) -> str:
         out += ["## Replay", "", _fence(str(replay), "sh"), ""]
 
     return "\n".join(out).rstrip() + "\n"
+
+
+# --------------------------------------------------------------------------- story
+def story_markdown(report: dict[str, Any]) -> list[str]:
+    """The story timeline.html leads with, for a CI log or a PR comment: what broke and
+    why it cannot be right, the minimal steps, the replay command, verdict and version."""
+    from harness.timeline import build_story, culprit_sentence
+
+    story = build_story(report)
+    by_index = {}
+    for v in report.get("violations") or []:
+        for d in (v.get("history") or []) if isinstance(v, dict) else []:
+            o = _op_from(d)
+            if o is not None:
+                by_index[o.index] = o
+    out = [f"**{_text(story.verdict.upper())}** · {_text(story.ferry)}"
+           + (f" · reproduced {_text(story.reproduced)}" if story.reproduced else ""), ""]
+    for p in story.parts:
+        out += [f"**`{_code(p.invariant)}` broken on {_text(p.label)}**: {_text(p.message)}", ""]
+        if p.prefix:
+            out += ["The legal order ferry found (its linearization):", ""]
+            out += [f"{n}. {_text(op_cell(by_index[i])) if i in by_index else f'#{i}'}"
+                    for n, i in enumerate(p.prefix, 1)] + [""]
+        said = culprit_sentence(p, by_index)
+        if said:
+            c = by_index.get(p.culprit) if p.culprit is not None else None
+            line = op_cell(c) if c else f"#{p.culprit}"
+            out += [f"✗ then **{_text(line)}** cannot follow: {_text(said)}.", ""]
+    if story.steps:
+        out += ["Minimal steps:", ""] + [f"{n}. {_text(s)}" for n, s in enumerate(story.steps, 1)]
+        out.append("")
+    if story.replay:
+        out += ["Replay:", "", _fence(story.replay, "sh"), ""]
+    return out
 
 
 # --------------------------------------------------------------------------- violations

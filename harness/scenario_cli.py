@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .provenance import provenance
 from .target import add_target_option, load_factory
 
 EXIT_OK, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 2
@@ -162,6 +163,7 @@ def write_scenario_report(scenario: Any, result: Any, *, target: str, workers: i
         violations.append(entry)
     report: dict[str, Any] = {
         "verdict": "fail",
+        "ferry": provenance(),
         "target": target,
         "mode": f"scenario {scenario.name}",
         "workers": workers,

@@ -430,6 +430,117 @@ def double_finish(path: str, *, clock) -> DoubleFinishStore:
     return DoubleFinishStore(path, clock=clock)
 
 
+# ---------------------------------------------------------------------- 11. uncounted_extends
+class UncountedExtendsStore(LeaseStore):
+    """BUG: extend never counts, so the per-claim cap of max_extends never bites.
+
+    A store that renews leases from a heartbeat loop and forgot the counter: a stuck worker
+    keeps its task forever. Caught as ``holder-guard`` (an extend accepted past its limit),
+    only when the generator extends one claim more than five times.
+    """
+
+    def __init__(self, path: str, **kw: Any) -> None:
+        super().__init__(path, **kw)
+        self.max_extends = 10**9
+
+    def get(self, task_id: str) -> TaskView:  # and it never shows the count either
+        view = super().get(task_id)
+        return TaskView(**{**view.__dict__, "extend_count": 0})
+
+
+def uncounted_extends(path: str, *, clock) -> UncountedExtendsStore:
+    return UncountedExtendsStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 12. salvage_on_refusal
+class SalvageOnRefusalStore(LeaseStore):
+    """BUG: salvage() appends the partial before checking the guard, so a refused call
+    (wrong token, expired lease) still leaves an entry: "refused and nothing changed" fails.
+    Caught as ``no-lost-task`` by the exact salvaged() contents."""
+
+    def salvage(self, task_id: str, agent_id: str, token: str | None, partial: Any) -> None:
+        try:
+            super().salvage(task_id, agent_id, token, partial)
+        except errors.FerryError:
+            with self._tx() as conn:
+                conn.execute(
+                    "INSERT INTO salvage(task_id, agent_id, kind, data, created_at)"
+                    " VALUES (?, ?, 'partial', ?, ?)",
+                    (task_id, agent_id, _to_json("partial", partial), self._now()))
+            raise
+
+
+def salvage_on_refusal(path: str, *, clock) -> SalvageOnRefusalStore:
+    return SalvageOnRefusalStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 13. token_in_view
+class TokenInViewStore(LeaseStore):
+    """BUG: get() shows the live claim token inside the title (``"… [lease <token>]"``, a
+    debugging aid left in), so any reader can act as the holder. Caught as
+    ``token-unique`` (no issued token anywhere in a read, whatever the field)."""
+
+    def get(self, task_id: str) -> TaskView:
+        view = super().get(task_id)
+        row = self._rows("SELECT claim_token FROM tasks WHERE task_id=?", (task_id,))
+        if not row or row[0][0] is None:
+            return view
+        return TaskView(**{**view.__dict__, "title": f"{view.title} [lease {row[0][0]}]"})
+
+
+def token_in_view(path: str, *, clock) -> TokenInViewStore:
+    return TokenInViewStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 14. wrong_counters
+class WrongCountersStore(LeaseStore):
+    """BUG: views report ``attempt`` one too high once a task was claimed (an off-by-one
+    in a view query). Caught as ``no-lost-task`` (a read's counters against the model)."""
+
+    def get(self, task_id: str) -> TaskView:
+        view = super().get(task_id)
+        bump = 1 if view.attempt else 0
+        return TaskView(**{**view.__dict__, "attempt": view.attempt + bump})
+
+
+def wrong_counters(path: str, *, clock) -> WrongCountersStore:
+    return WrongCountersStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 15. refused_truncate
+class RefusedTruncateStore(LeaseStore):
+    """BUG: checkpoint() refuses TRUNCATE ("busy, try later") even with no reader open, so
+    the -wal never shrinks under the store's own maintenance. Caught as ``wal-bounded``."""
+
+    def checkpoint(self, mode: str = "TRUNCATE") -> tuple[int, int, int]:
+        if isinstance(mode, str) and mode.upper() == "TRUNCATE":
+            raise errors.StoreError("checkpoint busy: try again later")
+        return super().checkpoint(mode)
+
+
+def refused_truncate(path: str, *, clock) -> RefusedTruncateStore:
+    return RefusedTruncateStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 16. untyped_arguments
+class UntypedArgumentsStore(LeaseStore):
+    """BUG: dispatch trusts its arguments: ``depends_on=5`` raises TypeError and a huge TTL
+    OverflowError from deep inside, instead of InvalidArgument. Caught as ``typed-errors``
+    when the generator draws hostile arguments."""
+
+    def dispatch(self, target_agent: str | None, **kw: Any) -> str:
+        deps = kw.get("depends_on", ())
+        kw["depends_on"] = [str(d) for d in deps]  # TypeError on a non-iterable
+        ttl = kw.get("queue_ttl_ms", 1)
+        if isinstance(ttl, int) and ttl > 2**62:
+            raise OverflowError("Python int too large to convert to SQLite INTEGER")
+        return super().dispatch(target_agent, **kw)
+
+
+def untyped_arguments(path: str, *, clock) -> UntypedArgumentsStore:
+    return UntypedArgumentsStore(path, clock=clock)
+
+
 # ---------------------------------------------------------------------- registry
 BROKEN: dict[str, tuple[str, str]] = {
     "check_then_act": (
@@ -452,6 +563,18 @@ BROKEN: dict[str, tuple[str, str]] = {
         "no-lost-task", "late fulfill raises LeaseExpired and drops the result (no salvage)"),
     "double_finish": (
         "token-unique", "fulfill checks in Python then UPDATEs by task_id only: double finish"),
+    "uncounted_extends": (
+        "holder-guard", "extend never counts: the per-claim cap of 5 never bites"),
+    "salvage_on_refusal": (
+        "no-lost-task", "a refused salvage() still appends its partial"),
+    "token_in_view": (
+        "token-unique", "get() shows the live token under another field name"),
+    "wrong_counters": (
+        "no-lost-task", "views report attempt one too high"),
+    "refused_truncate": (
+        "wal-bounded", "checkpoint(TRUNCATE) is refused with no reader open"),
+    "untyped_arguments": (
+        "typed-errors", "dispatch lets TypeError/OverflowError escape on hostile arguments"),
 }
 
 

@@ -89,12 +89,14 @@ def _wal(path: str) -> int:
 
 # ---------------------------------------------------------------------- the registry
 def test_registry_names_factories_and_spec_ids():
-    assert len(broken_stores.BROKEN) == 10
+    assert len(broken_stores.BROKEN) == 16
     if SPEC.exists():
         spec_ids = set(re.findall(r"^\| `([a-z-]+)` \|", SPEC.read_text(), re.M))
         assert spec_ids == SPEC_IDS
+    from harness.checker import INVARIANTS
+
     for name, (inv, desc) in broken_stores.BROKEN.items():
-        assert inv in SPEC_IDS, name
+        assert inv in SPEC_IDS or inv in INVARIANTS, name
         assert desc and "\n" not in desc
         module, _, attr = f"tests.broken_stores:{name}".partition(":")
         factory = getattr(importlib.import_module(module), attr)
@@ -125,7 +127,8 @@ def test_every_broken_store_still_runs_the_ordinary_lifecycle(name, db, clock, o
     assert [x.data for x in s.salvaged(a)] == [{"part": 1}]
     assert s.acquire_lock("janitor", "d1", 1000) and s.lock_holder("janitor") == "d1"
     assert s.release_lock("janitor", "d1")
-    assert s.checkpoint("TRUNCATE")[0] == 0 and _wal(db) == 0
+    if name != "refused_truncate":  # its bug
+        assert s.checkpoint("TRUNCATE")[0] == 0 and _wal(db) == 0
     # Another worker (same factory, or the reference store) can open the same file.
     again = _open(name, "broken", opened)(db, clock)
     assert again.get(a).result == {"ok": True}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -24,18 +25,29 @@ def make_claim(task_id: Any, agent: str, token: Any, clock: Callable[[], int]) -
                  lease_expires_at=None, attempt=None)  # type: ignore[arg-type]
 
 
-def check_dispatch(library: str, target_agent: str | None, depends_on: Iterable[str]) -> None:
-    """Refuse what the library cannot express (no per-agent tasks, no dependencies)."""
+def check_dispatch(library: str, target_agent: str | None, depends_on: Any,
+                   payload: Any = None) -> None:
+    """Refuse what the library cannot express (no per-agent tasks, no dependencies) and
+    what the protocol never accepts (a payload that is not JSON), as typed refusals."""
     if target_agent is not None:
         raise InvalidArgument(f"{library} has no per-agent tasks: target_agent must be None")
+    if depends_on is not None and (isinstance(depends_on, (str, bytes))
+                                   or not isinstance(depends_on, Iterable)):
+        raise InvalidArgument(f"depends_on must be a list of task ids, got {depends_on!r}")
     if list(depends_on or ()):
         raise InvalidArgument(f"{library} has no task dependencies: depends_on must be empty")
+    try:
+        json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"payload must be JSON: {exc}") from None
 
 
 def require_token(library: str, token: str | None, handle: str) -> str:
     """The library's ack call cannot be made without its handle."""
     if token is None:
         raise TokenRequired(f"{library} needs the {handle} from the claim to ack, nack or fail")
+    if not isinstance(token, str):
+        raise InvalidArgument(f"the {handle} must be a string, got {token!r}")
     return token
 
 

@@ -47,6 +47,8 @@ adds huey's task expiry on top of it.
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -114,7 +116,7 @@ class HueyStore:
                  exec_ttl_ms: int | None = None, max_attempts: int = 1) -> str:
         """Enqueue a ``ferry_job`` task; ``queue_ttl_ms`` becomes ``expires`` only in the
         expiring variant (huey has no lease, so ``exec_ttl_ms`` has no counterpart)."""
-        check_dispatch(LIBRARY, target_agent, depends_on)
+        check_dispatch(LIBRARY, target_agent, depends_on, payload)
         expires = None
         if self.expiring and queue_ttl_ms is not None:
             if not isinstance(queue_ttl_ms, int) or queue_ttl_ms <= 0:
@@ -151,7 +153,12 @@ class HueyStore:
 
     def fulfill(self, task_id: str, agent_id: str, token: str | None, result: Any = None) -> None:
         """``put_result(task.id, value)``, as the consumer does after running the task."""
-        self._put(self._handle(task_id, token), result)
+        handle = self._handle(task_id, token)
+        try:
+            json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError) as exc:  # huey would pickle it; the protocol says JSON
+            raise InvalidArgument(f"result must be JSON: {exc}") from None
+        self._put(handle, result)
 
     def fail(self, task_id: str, agent_id: str, token: str | None, reason: str = "") -> None:
         """``put_result(task.id, Error(...))``, as the consumer does when the task raised."""
@@ -160,8 +167,9 @@ class HueyStore:
 
     # ---------------------------------------------------------------- reads, maintenance
     def get(self, task_id: str) -> dict[str, Any]:
-        if not isinstance(task_id, str):
-            raise NotFound(f"task {task_id!r} does not exist")
+        if not isinstance(task_id, str) or not _is_uuid(task_id):
+            # huey forgets a task once taken, so only the id's form can say "never issued"
+            raise NotFound(f"task {task_id!r} does not exist (huey task ids are UUIDs)")
         raw = self.huey.get_raw(task_id, peek=True)
         if raw is not EmptyData:
             value = self.huey.serializer.deserialize(raw)
@@ -213,3 +221,11 @@ def make_first_result_store(path: str, *, clock: Callable[[], int]) -> FirstResu
 
 def make_expiring_store(path: str, *, clock: Callable[[], int]) -> ExpiringHueyStore:
     return ExpiringHueyStore(path, clock=clock)
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True

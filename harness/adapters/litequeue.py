@@ -60,7 +60,7 @@ class LiteQueueStore:
                  requester: str = "", depends_on: Any = (), queue_ttl_ms: int | None = None,
                  exec_ttl_ms: int | None = None, max_attempts: int = 1) -> str:
         """``put``; the TTLs and attempts have no counterpart in the library."""
-        check_dispatch(LIBRARY, target_agent, depends_on)
+        check_dispatch(LIBRARY, target_agent, depends_on, payload)
         try:
             data = json.dumps({"title": title, "payload": payload, "requester": requester})
         except (TypeError, ValueError) as exc:

@@ -80,7 +80,7 @@ class LocalQueueStore:
                  requester: str = "", depends_on: Any = (), queue_ttl_ms: int | None = None,
                  exec_ttl_ms: int | None = None, max_attempts: int = 1) -> str:
         """``put``; the TTLs and attempts have no counterpart on the harness clock."""
-        check_dispatch(LIBRARY, target_agent, depends_on)
+        check_dispatch(LIBRARY, target_agent, depends_on, payload)
         data = json.dumps({"title": title, "payload": payload, "requester": requester})
         return str(self.q.put(data.encode()))
 

@@ -77,7 +77,7 @@ class PersistQueueStore:
                  requester: str = "", depends_on: Any = (), queue_ttl_ms: int | None = None,
                  exec_ttl_ms: int | None = None, max_attempts: int = 1) -> str:
         """``put``; the TTLs and attempts have no counterpart in the library."""
-        check_dispatch(LIBRARY, target_agent, depends_on)
+        check_dispatch(LIBRARY, target_agent, depends_on, payload)
         return str(self.q.put({"title": title, "payload": payload, "requester": requester}))
 
     def poll_next(self, agent_id: str):
