@@ -129,7 +129,7 @@ class Checker:
         fresh = [o for o in fresh_all if "invalid_args" not in o.extra]
         out: list[Violation] = []
         out += self._faults(fresh)
-        out += self._liveness(fresh)
+        out += self._liveness(fresh_all)
         out += self._double_wins(ops, fresh)
         out += self._secrets(ops, fresh)
         out += self._linearizable(everything, fresh_all)

@@ -213,6 +213,13 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         cut = " (stopped at budget)" if v.get("replays_stopped_at_budget") else ""
         print(f"    minimal example: {len(v['steps'])} steps{sched}, reproduced "
               f"{v.get('reproduced', '?')}{cut}")
+        det = v.get("schedule_mode")
+        if det and det.get("found"):
+            print(f"    in schedule mode: schedule {det['schedule']}, reproduced "
+                  f"{det['reproduced']} (replay with --mode schedule)")
+        elif det:
+            print(f"    no deterministic schedule found ({det.get('why')}, "
+                  f"{det.get('tried')} interleavings tried)")
     skipped = [k for k, s in rep["invariants"].items() if s != "checked"]
     if skipped:
         print(f"  skipped: {', '.join(skipped)} (see report)")

@@ -45,6 +45,8 @@ class CheckThenActStore(LeaseStore):
     Invariant: ``single-winner``.
     """
 
+    toctou_window_s = TOCTOU_WINDOW_S
+
     def _cas_claim(self, conn: sqlite3.Connection, task_id: str, agent_id: str,
                    now: int) -> Claim | None:
         ready = conn.execute(
@@ -55,7 +57,7 @@ class CheckThenActStore(LeaseStore):
         ).fetchall()
         if not ready:
             return None
-        time.sleep(TOCTOU_WINDOW_S)  # widens the TOCTOU window (see TOCTOU_WINDOW_S)
+        time.sleep(self.toctou_window_s)  # widens the TOCTOU window (see TOCTOU_WINDOW_S)
         token = str(uuid.uuid4())
         rows = conn.execute(
             "UPDATE tasks SET status='CLAIMED', claimed_by=:agent, claim_token=:token,"
@@ -419,7 +421,7 @@ class DoubleFinishStore(LeaseStore):
         row_token, now = self._holder_write(
             "fulfill", task_id, agent_id, token, lambda conn, row_token, now: (row_token, now),
             late_result=result, has_late=True)
-        time.sleep(TOCTOU_WINDOW_S)  # widens the TOCTOU window (see TOCTOU_WINDOW_S)
+        time.sleep(self.toctou_window_s)  # widens the TOCTOU window (see TOCTOU_WINDOW_S)
         with self._tx() as conn:  # (triggers retire the token and unblock dependents once)
             conn.execute(  # BUG: should be "... AND status='CLAIMED' AND claim_token=?" + changes==1
                 "UPDATE tasks SET status='COMPLETED', result=?, completed_at=?, claim_token=NULL"

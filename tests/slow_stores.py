@@ -25,3 +25,13 @@ class HangingClaimStore(LeaseStore):
 
 def hang_claim(path: str, *, clock: Any) -> HangingClaimStore:
     return HangingClaimStore(path, clock=clock)
+
+
+def narrow_check_then_act(path: str, *, clock: Any) -> LeaseStore:
+    """check_then_act (tests/broken_stores.py) without its widened window: the race is real
+    but rarely lands in stress mode; schedule mode finds it every time."""
+    from tests.broken_stores import CheckThenActStore
+
+    store = CheckThenActStore(path, clock=clock)
+    store.toctou_window_s = 0.0
+    return store
