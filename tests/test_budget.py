@@ -20,7 +20,6 @@ import pytest
 from harness.campaign import Campaign, CampaignConfig, Failure
 from harness.checker import Violation
 from harness.history import History
-from tests.procs import children_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
