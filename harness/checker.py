@@ -128,7 +128,7 @@ class Checker:
         fresh_all = everything if new_ops is None else new_ops
         fresh = [o for o in fresh_all if "invalid_args" not in o.extra]
         out: list[Violation] = []
-        out += self._faults(fresh)
+        out += self._faults(fresh, self.cfg.lease_closed)
         out += self._liveness(fresh_all)
         out += self._double_wins(ops, fresh)
         out += self._secrets(ops, fresh)
@@ -227,7 +227,8 @@ class Checker:
             for c1 in by_task.get(tid, []):
                 if c1.index == c2.index or not _concurrent(c1, c2):
                     continue
-                if not (_lease_covers(c1, c2.now) and _lease_covers(c2, c1.now)):
+                closed = self.cfg.lease_closed
+                if not (_lease_covers(c1, c2.now, closed) and _lease_covers(c2, c1.now, closed)):
                     continue
                 end = max(c1.complete_ns or 0, c2.complete_ns or 0)
                 if any(used.get(c.value.get("token"), end) < end for c in (c1, c2)):
@@ -362,7 +363,7 @@ class Checker:
         return out
 
     @staticmethod
-    def _faults(fresh: list[Op]) -> list[Violation]:
+    def _faults(fresh: list[Op], closed: bool = False) -> list[Violation]:
         """What the nemesis's probes found (annotations left by :mod:`harness.nemesis`).
 
         ``probe``: rescuers racing for a task whose holder was killed or frozen while its
@@ -391,14 +392,17 @@ class Checker:
                     ops=[o.index, z["rescued_by"]]))
         for (holder, at), group in probes.items():
             p = group[0].extra["probe"]
+            if closed and at == "expires":  # the declared closed lease still holds: no winner
+                at = "expires-1"
             won = [o for o in group if o.type == OK and o.value]
             who = "killed" if p["cause"] == "killed" else "frozen (SIGSTOP)"
             ids = [o.index for o in group]
             if at == "expires-1" and won:
                 out.append(Violation(
                     "lease-half-open",
-                    f"task {p['task']} was reclaimed at t={p['expires'] - 1}, one ms before the "
-                    f"lease of its {who} holder (op #{holder}) ends at {p['expires']}",
+                    f"task {p['task']} was reclaimed at t={won[0].now}, while the lease of its "
+                    f"{who} holder (op #{holder}) still held (it ends at {p['expires']}"
+                    f"{', inclusive: declared lease-closed' if closed else ''})",
                     ops=ids))
             elif at != "expires-1" and len(won) > 1:
                 out.append(Violation(
@@ -551,9 +555,9 @@ def _concurrent(a: Op, b: Op) -> bool:
     return a.invoke_ns < (b.complete_ns or 0) and b.invoke_ns < (a.complete_ns or 0)
 
 
-def _lease_covers(claim: Op, now: int) -> bool:
+def _lease_covers(claim: Op, now: int, closed: bool = False) -> bool:
     expires = claim.value.get("lease_expires_at")
-    return not isinstance(expires, int) or claim.now <= now < expires
+    return not isinstance(expires, int) or claim.now <= now < expires + (1 if closed else 0)
 
 
 # How specific an invariant's name is: the generic search verdict comes last.

@@ -48,6 +48,9 @@ class ModelConfig:
     typed_refusals: bool = True  # "typed-refusals": the refusal class names a failed guard
     # Stricter choices than SPEC (harness.ops.STRICT_CHOICES): checked only when declared.
     holder_binding: bool = False  # "holder-binding": another agent is refused, even with the token
+    # Lease conventions (harness.ops.CONVENTIONS): declared by queues that differ from SPEC.
+    lease_closed: bool = False  # "lease-closed": the holder still wins at expires
+    lease_at_claim: bool = False  # "lease-at-claim": the claim decides the lease length
     refusal_order: bool = False  # "refusal-order": the FIRST failing check of PROTOCOL.md#the-holder-guard names it
 
     def for_capabilities(self, caps: Any) -> ModelConfig:
@@ -57,7 +60,9 @@ class ModelConfig:
         return replace(self, leases="lease" in caps, queue_ttl="queue-ttl" in caps,
                        holder_binding="holder-binding" in caps, results="results" in caps,
                        limits="limits" in caps, typed_refusals="typed-refusals" in caps,
-                       refusal_order="refusal-order" in caps)
+                       refusal_order="refusal-order" in caps,
+                       lease_closed="lease-closed" in caps,
+                       lease_at_claim="lease-at-claim" in caps)
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,13 @@ class TaskState:
     salvage: tuple[tuple[str, str, str, bool], ...] = ()
     cascaded: bool = False  # FAILED by a dependency, possibly not yet swept by the store
     seen: bool = False  # a read showed the store's row in a terminal state
+    closed: bool = False  # the declared "lease-closed" convention: over only after expires
+    at_claim: bool = False  # the declared "lease-at-claim" convention
+
+    def lapsed_at_now(self, now: int) -> bool:
+        """Is the current lease over at ``now`` (half-open, or closed if declared)?"""
+        assert self.expires is not None
+        return now > self.expires if self.closed else now >= self.expires
 
     @property
     def deadline(self) -> int | None:
@@ -134,13 +146,15 @@ def new_task(op: Op, cfg: ModelConfig | None = None) -> TaskState:
         max_attempts=a.get("max_attempts", 1),
         created_at=op.now,
         queued_at=op.now,
+        closed=cfg.lease_closed,
+        at_claim=cfg.lease_at_claim,
     )
 
 
 def advance(st: TaskState, now: int) -> TaskState:
     """Apply every time-driven transition due at ``now`` (PROTOCOL.md#leases-are-half-open, half-open intervals)."""
     while True:
-        if st.status == CLAIMED and st.expires is not None and now >= st.expires:
+        if st.status == CLAIMED and st.expires is not None and st.lapsed_at_now(now):
             when = st.expires
             lapsed = (st.holder, st.token)
             late = st.late | {st.token} if st.token else st.late
@@ -268,7 +282,8 @@ def _do_claim(st: TaskState, op: Op, claim: dict[str, Any] | None, cfg: ModelCon
     if st.target is not None and st.target != agent:
         return _illegal(st, "holder-guard", (
             f"{agent!r} claimed task {st.task_id}, which is for {st.target!r}"))
-    if st.exec_ttl == UNKNOWN_TTL and isinstance(claim.get("lease_expires_at"), int):
+    if ((st.exec_ttl == UNKNOWN_TTL or (st.at_claim and st.exec_ttl is not None))
+            and isinstance(claim.get("lease_expires_at"), int)):
         st = replace(st, exec_ttl=claim["lease_expires_at"] - op.now)
     bad = _claim_value_ok(st, op, claim)
     if bad:
@@ -433,6 +448,8 @@ def _apply_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
         if st.exec_ttl is None:  # no lease on the harness clock: nothing to predict
             return _legal(replace(st, extend_count=st.extend_count + 1))
         want = op.now + st.exec_ttl
+        if st.at_claim and isinstance(op.value, int) and op.value > op.now:
+            want = op.value  # the store decides the new length too
         if op.value not in (None, want):
             return _illegal(st, "lease-half-open", f"extend returned {op.value}, expected {want}")
         return _legal(replace(st, expires=want, extend_count=st.extend_count + 1))
@@ -492,6 +509,13 @@ def _do_get(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
                 f"is_logically_expired, but its queue window ended at {st.deadline}: views of "
                 "a SUBMITTED task past queued_at + queue_ttl_ms must say is_logically_expired "
                 "(reads never sweep, so the flag is how a read tells)"))
+        if (st.status == CLAIMED and st.expires is not None
+                and view.get("status") in (SUBMITTED, TIMED_OUT) and op.now >= st.expires - 1):
+            kind = "closed: it still holds at expires" if st.closed else "half-open"
+            return _illegal(st, "lease-half-open", (
+                f"get({st.task_id}) at t={op.now} shows the lease over ({view.get('status')}), "
+                f"but it runs until {st.expires} ({kind}): the boundary the store reaps at "
+                "differs from the one its holder checks use"))
         lost = st.status in TERMINAL
         return _illegal(st, "no-lost-task" if lost else "linearizable", (
             f"get({st.task_id}) at t={op.now} says {view.get('status')}"
@@ -696,7 +720,7 @@ def step_lock(st: LockState | None, op: Op, cfg: ModelConfig) -> Verdict:
 
 def _due_at(st: TaskState) -> int | None:
     if st.status == CLAIMED:
-        return st.expires
+        return None if st.expires is None else st.expires + (1 if st.closed else 0)
     if st.status == SUBMITTED:
         return st.deadline
     return None

@@ -100,6 +100,18 @@ STRICT_CHOICES: dict[str, str] = {
 }
 
 
+# Lease conventions of third-party queues (PROTOCOL.md#lease-conventions). A protocol store
+# is half-open and declares none; a queue that differs declares its own and is held to
+# consistency (never two holders; the holder is refused exactly when another may take it).
+CONVENTIONS: dict[str, str] = {
+    "lease-closed": "the lease holds through lease_expires_at itself: the holder still wins "
+                    "at expires, another may take the task from expires+1",
+    "lease-at-claim": "the lease length is decided at claim time (per call or per worker), "
+                      "not by dispatch's exec_ttl_ms: each claim's lease_expires_at is taken "
+                      "as given",
+}
+
+
 def capabilities(store: Any) -> frozenset[str]:
     """What the model may hold ``store`` to: its operations, the SPEC :data:`FEATURES` it
     implements, and the :data:`STRICT_CHOICES` it declares.
@@ -125,8 +137,8 @@ def capabilities(store: Any) -> frozenset[str]:
                     p.kind is p.VAR_KEYWORD for p in params.values()):
                 caps.add("dag")
     strict = set(getattr(store, "ferry_declares", None) or ())
-    unknown = strict - set(STRICT_CHOICES)
+    unknown = strict - set(STRICT_CHOICES) - set(CONVENTIONS)
     if unknown:
         raise ValueError(f"ferry_declares names unknown choices {sorted(unknown)}; "
-                         f"known: {sorted(STRICT_CHOICES)}")
+                         f"known: {sorted(STRICT_CHOICES) + sorted(CONVENTIONS)}")
     return frozenset(caps | strict)

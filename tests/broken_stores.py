@@ -421,7 +421,7 @@ class DoubleFinishStore(LeaseStore):
         row_token, now = self._holder_write(
             "fulfill", task_id, agent_id, token, lambda conn, row_token, now: (row_token, now),
             late_result=result, has_late=True)
-        time.sleep(self.toctou_window_s)  # widens the TOCTOU window (see TOCTOU_WINDOW_S)
+        time.sleep(TOCTOU_WINDOW_S)  # widens the TOCTOU window (see TOCTOU_WINDOW_S)
         with self._tx() as conn:  # (triggers retire the token and unblock dependents once)
             conn.execute(  # BUG: should be "... AND status='CLAIMED' AND claim_token=?" + changes==1
                 "UPDATE tasks SET status='COMPLETED', result=?, completed_at=?, claim_token=NULL"
@@ -679,3 +679,29 @@ FAULT_BROKEN: dict[str, tuple[tuple[str, ...], str, str]] = {
 }
 
 __all__ = ["BROKEN", "FAULT_BROKEN", "TOCTOU_WINDOW_S", *BROKEN, *FAULT_BROKEN]
+
+
+def closed_lease_declared(path: str, *, clock) -> ClosedLeaseStore:
+    """The same closed-interval store, declaring its convention (PROTOCOL.md#lease-conventions):
+    a queue may keep its own boundary if it says so, and is then held to consistency."""
+    store = ClosedLeaseStore(path, clock=clock)
+    store.ferry_declares = frozenset({*LeaseStore.ferry_declares, "lease-closed"})
+    return store
+
+
+class InconsistentClosedStore(LeaseStore):
+    """BUG: declares the closed lease convention, and its holder check is closed (the holder
+    still wins at ``lease_expires_at``), but its reaper is half-open (another worker may
+    take the task at ``lease_expires_at`` too): at that instant two workers hold it.
+    Declaring a convention buys consistency, not two holders: ``single-winner`` or
+    ``lease-half-open``."""
+
+    ferry_declares = frozenset({*LeaseStore.ferry_declares, "lease-closed"})
+    _HOLDER_WHERE = ClosedLeaseStore._HOLDER_WHERE
+
+    def _guard(self, task_id: str, agent_id: str, token: str | None, now: int) -> tuple:
+        return super()._guard(task_id, agent_id, token, now - 1)
+
+
+def inconsistent_closed(path: str, *, clock) -> InconsistentClosedStore:
+    return InconsistentClosedStore(path, clock=clock)
