@@ -110,6 +110,8 @@ class Runner:
             self.nemesis = Nemesis(cfg.faults, self.stats)
         self.pool_start_s = 0.0
         self.stopping = False
+        self.phase = "search"  # "shrink" / "replay": what the next runs are counted as
+        self.runs = 0
 
     def __enter__(self) -> Runner:
         t = time.perf_counter()
@@ -122,9 +124,16 @@ class Runner:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def executor(self) -> Executor:
-        self.stats.examples += 1
+        """A fresh example, counted under the phase that runs it."""
+        self.runs += 1
+        if self.phase == "shrink":
+            self.stats.shrink_runs += 1
+        elif self.phase == "replay":
+            self.stats.replay_runs += 1
+        else:
+            self.stats.examples += 1
         return Executor(self.pool, self.clock, os.path.join(self.tmp, "ferry.db"),
-                        checker=self.checker, stats=self.stats, example=self.stats.examples,
+                        checker=self.checker, stats=self.stats, example=self.runs,
                         nemesis=self.nemesis, mode=self.cfg.mode)
 
     def run_steps(self, steps: list[dict[str, Any]]) -> tuple[list[Violation], Executor]:
@@ -219,9 +228,11 @@ class Campaign:
             failure, reproduced = None, None
             if self.failures:
                 self.phase = "shrinking"
+                runner.phase = "shrink"
                 self.progress(self.snapshot())
                 failure = self._shrink(self._smallest())
                 self.phase = "replaying"
+                runner.phase = "replay"
                 self.progress(self.snapshot())
                 reproduced, replayed = replay_count(runner, failure, REPLAY_TRIES)
                 if replayed is not None:  # the minimal steps, with a history that shows them
@@ -243,6 +254,7 @@ class Campaign:
         cfg = replace(self.cfg, mode="schedule")
         with Runner(cfg) as runner:
             runner.pool.deadline = self.hard_end
+            runner.phase = "replay"
             for seed in range(SCHEDULE_SEEDS):
                 if runner.out_of_time():
                     return {"found": False, "tried": seed, "why": "stopped at budget"}
@@ -371,7 +383,8 @@ class Campaign:
             "invariants": invariants,
             "violations": [],
             "stats": {
-                "examples": stats.examples, "steps": stats.steps, "ops": stats.ops,
+                "examples": stats.examples, "shrink_runs": stats.shrink_runs,
+                "replay_runs": stats.replay_runs, "steps": stats.steps, "ops": stats.ops,
                 "race_rounds": stats.race_rounds, "seconds": round(seconds, 3),
                 "race_rounds_per_s": round(stats.race_rounds / seconds, 1) if seconds else 0,
                 "pool_start_s": round(self.runner.pool_start_s, 4),

@@ -113,6 +113,8 @@ class Checker:
         self.wal_bound = wal_bound_bytes
         self.search_budget = search_budget
         self.unknown: list[str] = []
+        # invariants the target declared it cannot be held to (ferry_skips): never reported
+        self.skips: frozenset[str] = frozenset()
 
     def check(self, history: History, new_ops: list[Op] | None = None) -> list[Violation]:
         """All violations visible in ``history``; with ``new_ops``, only objects they touch."""
@@ -140,7 +142,7 @@ class Checker:
         out += self._inspect(ops, fresh)
         out += self._ready_refused(ops, fresh)
         out += self._cascade(ops, fresh)
-        return first_fact_first(out)
+        return first_fact_first([v for v in out if v.invariant not in self.skips])
 
     # ----------------------------------------------------------------- per object
     @staticmethod
