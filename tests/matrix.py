@@ -30,25 +30,27 @@ CORRECT: dict[str, str] = {
 }
 
 
-def broken_targets() -> dict[str, tuple[str, str]]:
-    """Broken stores: name -> (target, the invariant it must be named under first)."""
-    from tests.broken_stores import BROKEN
+def broken_targets() -> dict[str, tuple[str, str, tuple[str, ...]]]:
+    """Broken stores: name -> (target, the invariant it must be named under first, faults),
+    on the ferry_core base and on the slow independent base (10 s busy timeout)."""
+    from tests.broken_stores import BROKEN, FAULT_BROKEN
+    from tests.variants.broken_slow import BROKEN_SLOW
 
-    out = {f"ferry_core/{k}": (f"tests.broken_stores:{k}", inv) for k, (inv, _why) in BROKEN.items()}
-    try:
-        from tests.variants.broken_slow import BROKEN_SLOW
-    except ImportError:  # the slow-base corpus is optional while it is being written
-        BROKEN_SLOW = {}
-    out.update({f"slow/{k}": (f"tests.variants.broken_slow:{k}", inv)
-                for k, (inv, _why) in BROKEN_SLOW.items()})
+    out = {f"ferry_core/{k}": (f"tests.broken_stores:{k}", inv, ())
+           for k, (inv, _why) in BROKEN.items()}
+    out.update({f"ferry_core/{k}": (f"tests.broken_stores:{k}", inv, faults)
+                for k, (faults, inv, _why) in FAULT_BROKEN.items()})
+    out.update({f"slow/{k}": (f"tests.variants.broken_slow:{k}", inv, faults)
+                for k, (faults, inv, _why) in BROKEN_SLOW.items()})
     return out
 
 
-def fuzz(target: str, *, mode: str, seed: int, budget: float, out: Path) -> dict[str, Any]:
+def fuzz(target: str, *, mode: str, seed: int, budget: float, out: Path,
+         faults: tuple[str, ...] = ()) -> dict[str, Any]:
     """One campaign in its own process; its report, plus the wall time it took."""
     cmd = [sys.executable, "-m", "harness", "fuzz", "--target", target, "--mode", mode,
            "--seed", str(seed), "--budget", str(budget), "--example-db", "none", "--quiet",
-           "--report-dir", str(out)]
+           "--report-dir", str(out)] + (["--faults", ",".join(faults)] if faults else [])
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget * 1.1 + 60)
     wall = time.perf_counter() - t0
@@ -75,20 +77,21 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     modes = args.modes.split(",")
     out = Path(args.out)
-    runs: list[tuple[str, str, str, str, int, str | None]] = []
+    runs: list[tuple[str, str, str, str, int, str | None, tuple[str, ...]]] = []
     if args.only != "recall":
-        runs += [("precision", name, t, m, s, None) for name, t in CORRECT.items()
+        runs += [("precision", name, t, m, s, None, ()) for name, t in CORRECT.items()
                  for m in modes for s in seeds]
     if args.only != "precision":
-        runs += [("recall", name, t, "stress", s, inv) for name, (t, inv) in broken_targets().items()
-                 for s in seeds]
+        runs += [("recall", name, t, "stress", s, inv, faults)
+                 for name, (t, inv, faults) in broken_targets().items() for s in seeds]
 
-    def one(run: tuple[str, str, str, str, int, str | None]) -> dict[str, Any]:
-        kind, name, target, mode, seed, want = run
+    def one(run: tuple[str, str, str, str, int, str | None, tuple[str, ...]]) -> dict[str, Any]:
+        kind, name, target, mode, seed, want, faults = run
         d = out / "runs" / f"{name.replace('/', '_')}-{mode}-{seed}"
-        rep = fuzz(target, mode=mode, seed=seed, budget=args.budget, out=d)
+        rep = fuzz(target, mode=mode, seed=seed, budget=args.budget, out=d, faults=faults)
         first = rep["violations"][0] if rep.get("violations") else None
         row = {"kind": kind, "name": name, "mode": mode, "seed": seed, "want": want,
+               "faults": list(faults),
                "verdict": rep.get("verdict"), "named": first["invariant"] if first else None,
                "message": first["message"][:300] if first else None,
                "detect_s": rep.get("discovery", {}).get("seconds_to_detect"),
