@@ -183,6 +183,8 @@ def _guard_failures(st: TaskState, agent: str, token: str | None,
     lets a store bind claims to agents or not)."""
     fails: list[str] = []
     may: set[str] = set()
+    if token is not None and token in st.late:
+        may.add("LeaseExpired")  # this token's own lease did end (whatever came after)
     if st.target is not None and st.target != agent:
         fails.append("PermissionDenied")
     if st.status != CLAIMED:
@@ -195,8 +197,6 @@ def _guard_failures(st: TaskState, agent: str, token: str | None,
         else:
             fails.append("InvalidToken")
         return fails, may
-    if token is not None and token in st.late:
-        may.add("LeaseExpired")  # this token's own lease did end (the task was claimed again)
     if agent != st.holder:
         if cfg.holder_binding:
             fails += ["PermissionDenied", "InvalidToken"]

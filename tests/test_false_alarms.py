@@ -197,3 +197,20 @@ def test_a_store_writing_on_idle_polls_is_still_caught():
     with Runner(CampaignConfig(target="tests.broken_stores:busy_idle_poll", workers=2)) as r:
         found, _ex = r.run_steps(IDLE_AFTER_DUE)
     assert found and found[0].invariant == "idle-no-write"
+
+
+def test_a_token_whose_lease_ended_may_be_told_lease_expired_forever():
+    """bearer_immediate answers LeaseExpired to a token retired by expiry, even after the
+    task was claimed again and completed: that check really failed for this token."""
+    rec = Recorder()
+    rec.dispatch()
+    rec.claim("alice", TOKEN_A)
+    rec.claim("bob", TOKEN_B, now=T0 + 50, attempt=2)
+    rec.op("fulfill", "bob", {"task_id": "t1", "token": TOKEN_B, "result": 1}, now=T0 + 50)
+    rec.op("release", "alice", {"task_id": "t1", "token": TOKEN_A, "reason": "x"},
+           now=T0 + 50, type=FAIL, error="LeaseExpired")
+    assert check(rec) == []
+    rec.op("release", "alice", {"task_id": "t1", "token": TOKEN_B, "reason": "x"},
+           now=T0 + 50, type=FAIL, error="LeaseExpired")
+    [v] = check(rec)
+    assert v.invariant == "refusal-class"
