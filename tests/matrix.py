@@ -30,6 +30,16 @@ CORRECT: dict[str, str] = {
 }
 
 
+# the budget promise (a slow, blocking or hanging store ends on time with a report)
+BUDGET: dict[str, str] = {
+    "ferry_core": "ferry_core:LeaseStore",
+    "bearer_immediate (10 s busy timeout)": "tests.variants.bearer_immediate:make_store",
+    "two_conn_slow30 (30 s busy timeout)": "tests.variants.two_conn_slow30:make_store",
+    "polls that write (10 s busy timeout)": "tests.variants.broken_slow:busy_idle_poll",
+    "hangs in claim": "tests.slow_stores:hang_claim",
+}
+
+
 def broken_targets() -> dict[str, tuple[str, str, tuple[str, ...]]]:
     """Broken stores: name -> (target, the invariant it must be named under first, faults),
     on the ferry_core base and on the slow independent base (10 s busy timeout)."""
@@ -71,17 +81,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (0,1,2)")
     parser.add_argument("--modes", default="stress,schedule", help="modes for correct stores")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (2)")
-    parser.add_argument("--only", choices=("precision", "recall"), default=None)
+    parser.add_argument("--only", choices=("precision", "recall", "budget"), default=None)
     parser.add_argument("--out", default="reports/matrix", help="output directory")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     modes = args.modes.split(",")
     out = Path(args.out)
     runs: list[tuple[str, str, str, str, int, str | None, tuple[str, ...]]] = []
-    if args.only != "recall":
+    if args.only in (None, "precision"):
         runs += [("precision", name, t, m, s, None, ()) for name, t in CORRECT.items()
                  for m in modes for s in seeds]
-    if args.only != "precision":
+    if args.only in (None, "budget"):
+        runs += [("budget", name, t, m, s, None, ()) for name, t in BUDGET.items()
+                 for m in modes for s in seeds]
+    if args.only in (None, "recall"):
         runs += [("recall", name, t, "stress", s, inv, faults)
                  for name, (t, inv, faults) in broken_targets().items() for s in seeds]
 
@@ -112,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "matrix.md").write_text(md)
     print(md)
     bad = [r for r in rows if (r["kind"] == "precision" and r["verdict"] != "pass")
-           or (r["kind"] == "recall" and r["named"] != r["want"])]
+           or (r["kind"] == "recall" and r["named"] != r["want"])
+           or (r["kind"] == "budget" and r["wall_s"] > args.budget * 1.1 + 10)]
     return 1 if bad else 0
 
 
@@ -133,6 +147,26 @@ def render(rows: list[dict[str, Any]], budget: float, seeds: list[int]) -> str:
         for r in fails:
             lines.append(f"|  ↳ seed {r['seed']} | | | {r['verdict']} | | {r['named']}: "
                          f"{(r['message'] or '').replace('|', '/')[:160]} |")
+    bud = [r for r in rows if r["kind"] == "budget"]
+    if bud:
+        limit = budget * 1.1 + 10
+        base = {(r["mode"], r["seed"]): r for r in bud if r["name"] == "ferry_core"}
+        lines += ["", f"## The budget promise (limit {limit:g} s = budget × 1.1 + 10 s)", "",
+                  "| store | mode | verdicts | wall s (max) | ≤ limit | examples/s vs ferry_core |",
+                  "| --- | --- | --- | ---: | --- | --- |"]
+        for key in sorted({(r["name"], r["mode"]) for r in bud}):
+            rs = [r for r in bud if (r["name"], r["mode"]) == key]
+            ratios = []
+            for r in rs:
+                b = base.get((r["mode"], r["seed"]))
+                if b and b["examples"] and b["seconds"] and r["examples"] and r["seconds"]:
+                    ratios.append((r["examples"] / r["seconds"]) / (b["examples"] / b["seconds"]))
+            verdicts = " ".join(f"{r['verdict']}{'/' + r['named'] if r['named'] else ''}"
+                                for r in rs)
+            worst = max(r["wall_s"] for r in rs)
+            ratio = f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "—"
+            lines.append(f"| {key[0]} | {key[1]} | {verdicts} | {worst:.1f} | "
+                         f"{'yes' if worst <= limit else 'NO'} | {ratio} |")
     rec = [r for r in rows if r["kind"] == "recall"]
     if rec:
         lines += ["", "## Broken stores (recall): the name ferry files it under first", "",
