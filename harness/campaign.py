@@ -427,7 +427,7 @@ def violation_entry(v: Violation, failure: Failure, reproduced: tuple[int, int] 
     """A violation as the report stores it: the minimal steps and the ops involved."""
     involved = set(v.ops) | set(v.detail.get("partition_ops", []))
     entry = v.to_dict()
-    entry["steps"] = failure.steps
+    entry["steps"] = public_steps(failure.steps)
     entry["history"] = [o.to_dict() for o in failure.history if o.index in involved]
     schedules = [compact(r) for step in failure.steps for r in step.get("schedules", []) if r]
     if schedules:
@@ -468,17 +468,39 @@ def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SH
     inv = failure.invariant
     best = failure
     steps = [s for s in failure.steps if s.get("kind") != "audit"]
-    chunk = max(1, len(steps) // 2)
+
     def more() -> bool:
         return time.perf_counter() < deadline and not runner.out_of_time()
 
+    def attempt(cand: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Failure] | None:
+        """The candidate with references renumbered, else as it is: the steps that failed
+        (cut after the failing one, with the annotations of that run) and the failure."""
+        if not cand:
+            return None
+        for tried in (renumber(cand), cand):
+            if tried is cand and (tried == renumber(cand) or not more()):
+                break
+            got = _fails_like(runner, tried, inv, tries)
+            if got:
+                ran = [x for x in got.steps if x.get("kind") != "audit"]
+                kept = [{**st, **{k: v for k, v in r.items() if k.startswith("_")}}
+                        for st, r in zip(tried, ran, strict=False)]
+                return kept, got
+        return None
+
+    # steps that did nothing in the failing run (no operation at all) go first, together
+    busy = [s for s in steps if s.get("_ops", 1) > 0]
+    if len(busy) < len(steps) and more():
+        res = attempt(busy)
+        if res:
+            steps, best = res
+    chunk = max(1, len(steps) // 2)
     while chunk >= 1 and more():
         i, progressed = 0, False
         while i < len(steps) and more():
-            cand = steps[:i] + steps[i + chunk:]
-            got = _fails_like(runner, cand, inv, tries) if cand else None
-            if got:
-                steps, best, progressed = [dict(x) for x in cand], got, True
+            res = attempt(steps[:i] + steps[i + chunk:])
+            if res:
+                (steps, best), progressed = res, True
             else:
                 i += chunk
         if not progressed:
@@ -498,6 +520,46 @@ def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SH
     # keep the shrunk steps (an explicit schedule prefix, then the default order), not the
     # full decision lists the executor recorded while running them
     return Failure(steps, best.history, best.violations)
+
+
+def renumber(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep references pointing at the same objects after steps were deleted.
+
+    Steps name tasks and claims by position from the newest, so deleting a dispatch shifts
+    every later reference. The executor annotated each step with the absolute positions it
+    referred to (``_refs``) and created (``_first``, ``_made``); this rewrites the
+    references of a shortened list to the positions those objects now have (assuming the
+    surviving steps create the same objects, which the shrinker then checks by running)."""
+    tasks = claims = 0
+    new_task: dict[int, int] = {}
+    new_claim: dict[int, int] = {}
+    out = []
+    for st in steps:
+        st = dict(st)
+        refs = st.get("_refs") or {}
+        old_tasks = [new_task.get(i) for i in refs.get("tasks", [])]
+        old_claims = [new_claim.get(i) for i in refs.get("claims", [])]
+        if st.get("kind") == "dispatch" and old_tasks and st.get("deps"):
+            st["deps"] = [tasks - 1 - n if n is not None else d
+                          for d, n in zip(st["deps"], old_tasks, strict=False)]
+        elif "task" in st and old_tasks and old_tasks[0] is not None:
+            st["task"] = tasks - 1 - old_tasks[0]
+        if "claim" in st and old_claims and old_claims[0] is not None:
+            st["claim"] = claims - 1 - old_claims[0]
+        first, made = st.get("_first"), st.get("_made")
+        if first and made:
+            for k in range(made[0]):
+                new_task[first[0] + k] = tasks + k
+            for k in range(made[1]):
+                new_claim[first[1] + k] = claims + k
+            tasks, claims = tasks + made[0], claims + made[1]
+        out.append(st)
+    return out
+
+
+def public_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Steps as reports show them: without the executor's ``_`` annotations."""
+    return [{k: v for k, v in st.items() if not k.startswith("_")} for st in steps]
 
 
 def _simplifications(step: dict[str, Any]) -> list[dict[str, Any]]:

@@ -123,6 +123,8 @@ class Executor:
         self.lock_expires: int | None = None
         self.violations: list[Violation] = []
         self.round = 0
+        self._learned: set[int] = set()  # op indices already taken into tasks / claims
+        self._refs: dict[str, list[int]] = {}  # what the current step referred to
         for suffix in ("", "-wal", "-shm"):
             try:
                 os.unlink(path + suffix)
@@ -176,10 +178,14 @@ class Executor:
         return self._run([PlannedCall(slot % self.pool.size, op, args, agent)])[0]
 
     def _task(self, ref: int) -> str:
-        return self.tasks[-1 - ref % len(self.tasks)]
+        i = len(self.tasks) - 1 - ref % len(self.tasks)
+        self._refs.setdefault("tasks", []).append(i)
+        return self.tasks[i]
 
     def _claim(self, ref: int) -> KnownClaim:
-        return self.claims[-1 - ref % len(self.claims)]
+        i = len(self.claims) - 1 - ref % len(self.claims)
+        self._refs.setdefault("claims", []).append(i)
+        return self.claims[i]
 
     def _slot(self, i: int) -> int:
         return i % self.pool.size
@@ -187,8 +193,9 @@ class Executor:
     def _learn(self, ops: list[Op]) -> None:
         """Remember what the run produced: task ids, claims, lease and lock expiries."""
         for op in ops:
-            if op.type != OK:
+            if op.type != OK or op.index in self._learned:
                 continue
+            self._learned.add(op.index)
             if op.op == "dispatch":
                 self.tasks.append(op.value)
             elif op.op in ("claim", "poll_next") and op.value:
@@ -212,7 +219,11 @@ class Executor:
 
     # ------------------------------------------------------------------ steps
     def run_step(self, step: dict[str, Any]) -> list[Violation]:
-        """Carry out one step, then check the invariants on what it produced."""
+        """Carry out one step, then check the invariants on what it produced.
+
+        The step is annotated (keys starting with ``_``) with what it referred to and
+        created, as absolute positions, so the shrinker can renumber references when it
+        deletes steps (see ``campaign.renumber``)."""
         self.steps.append(step)
         self._step, self._round_in_step = step, 0
         self.stats.steps += 1
@@ -220,11 +231,17 @@ class Executor:
         handler = getattr(self, f"_step_{step['kind'].replace('-', '_')}", None)
         if handler is None:
             raise ValueError(f"unknown step kind {step['kind']!r}")
+        self._refs = {}
+        first = (len(self.tasks), len(self.claims))
         handler(step)
         new = self.history.ops[start:]
         if new and "wal-file" in self.capabilities:  # the growth bound, sampled every step
             new[-1].extra["wal_after_step"] = self.pool.wal_size()
         self._learn(new)
+        step["_refs"] = self._refs
+        step["_first"] = list(first)
+        step["_made"] = [len(self.tasks) - first[0], len(self.claims) - first[1]]
+        step["_ops"] = len(new)
         found = self.checker.check(self.history, new) if new else []
         self.violations.extend(found)
         return found
