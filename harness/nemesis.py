@@ -13,10 +13,17 @@
   Then the **orphan probe**: a ``get`` says whether the dead holder's lease survived it
   (still ``CLAIMED``); if so the clock goes to ``expires - 1`` (k rescuers race to claim:
   nobody may win) and to ``expires`` (exactly one must win, attempts permitting), and the
-  winner completes the task.
+  winner completes the task. Against a poll-only queue (no ``claim``) the rescuers poll
+  as the holder's agent; a poll handed another ready task says nothing about the orphan
+  (``probe_other``), and at ``expires`` they poll again until one gets the orphan or a poll
+  comes back empty — an empty poll while the orphan should be free is a late reclaim.
+  Without a lease on the harness clock there is no expiry to probe: the rescuers race
+  once, and the model refuses any of them the dead holder's task.
 - ``pause``: SIGSTOP the holder while its ``fulfill`` is in flight (timed), hold it
-  past its lease (rescuers race at ``expires - 1`` and ``expires``), SIGCONT: the zombie's
-  in-flight fulfill, and one more it sends afterwards with its old token, must be refused.
+  past its lease (rescuers race at ``expires - 1`` and ``expires``, claiming or polling as
+  above), SIGCONT: the zombie's in-flight fulfill, and one more it sends afterwards with
+  its old token, must be refused. Without a lease the frozen holder keeps its task: the
+  rescuers must get nothing, and its fulfill must be accepted.
   A pause that lands while the holder holds the WAL write lock is lifted at once (a frozen
   writer blocks every other writer: nothing could race it) and counted apart.
 - ``clock``: jump time forward past leases and queue windows.
@@ -57,6 +64,7 @@ FAULTS = ("kill", "pause", "clock")
 WAL_WRITE_LOCK_BYTE = 120  # SQLite unix VFS: the WAL writer locks byte 120 of the -shm file
 DEFAULT_WINDOW_NS = (200_000, 400_000)  # where a fulfill runs, before we measured one
 RESCUERS = 3
+DRAIN_ROUNDS = 8  # polling rescuers handed other ready tasks poll again, at most this often
 # Half the kills hunt for the write transaction (polling F_GETLK), half fire at a
 # random point of the operation: a timer alone rarely lands in a ~50 µs transaction.
 AIMS = ("write-tx", "random")
@@ -320,8 +328,9 @@ class Nemesis:
         caps = ex.capabilities
         if "fulfill" not in caps or not ({"claim", "poll_next"} & caps):
             return
-        if "lease" not in caps:  # kill/pause probe expires-1/expires: no lease on our clock
-            return
+        # without a lease on our clock the fault still runs: no expiry to probe, but the
+        # dead or frozen holder keeps its task (rescuers must get nothing) and the
+        # integrity, inspect and WAL checks follow as after any fault
         victim = self._victim(ex, step)
         if victim is None:
             return
@@ -334,7 +343,7 @@ class Nemesis:
     # -------------------------------------------------------------- victims
     def _live(self, ex: Executor, c: KnownClaim) -> bool:
         """Is ``c`` (probably) still the lease on its task, with room for ``expires - 1``?"""
-        if ex.clock() >= c.expires - 1:
+        if c.expires is not None and ex.clock() >= c.expires - 1:
             return False
         if any(k.task_id == c.task_id and k is not c for k in ex.claims[ex.claims.index(c) + 1:]):
             return False
@@ -395,14 +404,14 @@ class Nemesis:
                    op_index=op.index)
         op.extra["killed"] = {"delay_us": step["delay_us"], "in_write_tx": killer.in_write_tx}
         if op.type == INFO:
-            winner = self._probe(ex, c, op, "killed")
+            winner, _ran = self._probe(ex, c, op, "killed")
             if winner is not None:
                 self._complete(ex, winner)
 
     # -------------------------------------------------------------- orphan / zombie probe
     def _orphaned(self, ex: Executor, c: KnownClaim, observer: int) -> dict[str, Any] | None:
         """``get`` the task: the store's view if ``c``'s lease is still on it, else None."""
-        if "get" not in ex.capabilities or "claim" not in ex.capabilities:
+        if "get" not in ex.capabilities or not ({"claim", "poll_next"} & ex.capabilities):
             return None
         g = self._one(ex, observer, "get", "auditor", task_id=c.task_id)
         v = g.value if g.type == OK else None
@@ -412,36 +421,86 @@ class Nemesis:
             return None
         return v
 
+    @staticmethod
+    def _rescue_calls(ex: Executor, c: KnownClaim, slots: list[int]) -> list[PlannedCall]:
+        """Rescuers claim the orphan by id, or — a poll-only queue — poll as its holder's
+        agent: the orphan is then whatever the queue must hand out once the lease is over."""
+        if "claim" in ex.capabilities:
+            return [PlannedCall(s, "claim", {"task_id": c.task_id}, c.agent) for s in slots]
+        return [PlannedCall(s, "poll_next", {}, c.agent) for s in slots]
+
+    @staticmethod
+    def _took_other(o: Op, c: KnownClaim) -> bool:
+        """A poll that legitimately took another ready task: no evidence about the orphan."""
+        return (o.op == "poll_next" and o.type == OK and isinstance(o.value, dict)
+                and o.value.get("task_id") != c.task_id)
+
+    def _rescue_round(self, ex: Executor, rescue: list[PlannedCall], c: KnownClaim,
+                      info: dict[str, Any], at: str) -> tuple[list[Op], bool]:
+        """One race of the rescuers. Ops that say something about the orphan (a claim of
+        it, a poll that got it or got nothing) carry ``extra["probe"]``, which the checker
+        judges per instant; a poll that took another task is marked ``probe_other``.
+        Returns (the orphan's winners, whether a poll took another task)."""
+        ops = ex._run(rescue)
+        other = False
+        for o in ops:
+            if self._took_other(o, c):
+                o.extra["probe_other"] = {**info, "at": at}
+                other = True
+            else:
+                o.extra["probe"] = {**info, "at": at}
+        won = [o for o in ops if o.type == OK and o.value and not self._took_other(o, c)]
+        return won, other
+
     def _probe(self, ex: Executor, c: KnownClaim, holder_op: Op, cause: str,
-               slots: list[int] | None = None) -> Op | None:
+               slots: list[int] | None = None, *,
+               in_flight: bool = False) -> tuple[Op | None, bool]:
         """The dead (or frozen) holder's lease ends at ``expires``, not later: rescuers race
         at ``expires - 1`` (nobody may win) and at ``expires`` (one must, attempts left).
-        Returns the winning claim, which then completes the task (unless frozen holder)."""
+        Polling rescuers may first be handed other ready tasks: at ``expires`` they poll
+        again until one gets the orphan or a poll comes back empty (``DRAIN_ROUNDS`` at
+        most), so an empty poll while the orphan should be free is a late reclaim.
+        Without a lease on our clock the rescuers race once, now: the holder still holds.
+
+        ``in_flight``: the holder's call is frozen in flight (a pause). With no attempt left
+        the task would end ``TIMED_OUT`` at ``expires``, and the zombie's call, which may
+        read the clock only when woken, would be judged at the instant it was sent; so the
+        clock stays at ``expires - 1`` (where nobody may win and the zombie still holds).
+        Returns (the winning claim, which then completes the task; whether it ran)."""
         size = ex.pool.size
         slots = slots if slots is not None else list(range(size))
         slots = slots[:RESCUERS]
         if not slots:
-            return None
+            return None, False
         view = self._orphaned(ex, c, slots[0])
         if view is None:
-            return None
+            return None, False
+        rescue = self._rescue_calls(ex, c, slots)
+        if c.expires is None:  # no expiry to probe: the model refuses any winner
+            ops = ex._run(rescue)
+            for o in ops:
+                o.extra["rescue"] = {"task": c.task_id, "cause": cause, "lease": None,
+                                     "holder_op": holder_op.index}
+            return None, True
         left = view.get("attempt", 1) < view.get("max_attempts", 1)
-        rescue = [PlannedCall(s, "claim", {"task_id": c.task_id}, c.agent) for s in slots]
         info = {"task": c.task_id, "expires": c.expires, "attempts_left": left, "cause": cause,
-                "holder_op": holder_op.index}
+                "holder_op": holder_op.index, "by": rescue[0].op}
         winner = None
         for at, t in (("expires-1", c.expires - 1), ("expires", c.expires)):
+            if at == "expires" and in_flight and not left:
+                break
             if not ex._set_clock(t):
                 if at == "expires-1":
                     continue
                 at = "after-expires"
-            ops = ex._run(rescue)
-            for o in ops:
-                o.extra["probe"] = {**info, "at": at}
-            won = [o for o in ops if o.type == OK and o.value]
+            won, other = self._rescue_round(ex, rescue, c, info, at)
+            for _ in range(DRAIN_ROUNDS if at != "expires-1" else 0):
+                if won or not other:
+                    break
+                won, other = self._rescue_round(ex, rescue, c, info, at)
             if won and at != "expires-1":
                 winner = won[0]
-        return winner
+        return winner, True
 
     # -------------------------------------------------------------- pause
     def _pause(self, ex: Executor, step: dict[str, Any], c: KnownClaim) -> None:
@@ -481,8 +540,11 @@ class Nemesis:
                 self._count("pause:in-write-tx")
             else:
                 others = [(zslot + i) % pool.size for i in range(1, pool.size)]
-                winner = self._probe(ex, c, zop, "paused", slots=others)
-                ex._set_clock(c.expires)
+                # the clock moves only with rescuers racing (their ops tell the checker
+                # it moved while the zombie was frozen): a silent jump would make the
+                # zombie's refusal look like one before expires
+                winner, _probed = self._probe(ex, c, zop, "paused", slots=others,
+                                              in_flight=True)
         finally:
             pool.resume(zslot)
             th.join(pool.op_timeout_s + 5)

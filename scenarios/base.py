@@ -81,6 +81,7 @@ class Scenario:
     description: str  # one sentence
     source: str  # the PROTOCOL.md section (file#anchor) whose rule this race exercises
     script: Callable[[Session], str]  # runs the race; returns the pass explanation
+    # operations / features the script cannot do without; TAKE: claim(id) or poll_next
     needs: tuple[str, ...] = ("dispatch", "claim", "fulfill")
 
     def __post_init__(self) -> None:
@@ -245,6 +246,33 @@ class Session(Executor):
         self.say(f"w{slot} {agent} claimed {task_id[:8]} until {op.value['lease_expires_at']}")
         return op.value
 
+    @property
+    def poll_only(self) -> bool:
+        """The target has no claim by id: tasks are taken with ``poll_next`` only."""
+        return not has_capability(self.capabilities, "claim")
+
+    def take(self, slot: int, agent: str, task_id: str) -> dict[str, Any]:
+        """Take this task, which must be the one ready for ``agent`` now: ``claim`` it, or on
+        a poll-only target ``poll_next`` and require the queue to hand out this very task
+        (scenarios keep one ready task at a time, so a poll has no other choice)."""
+        if not self.poll_only:
+            return self.claim(slot, agent, task_id)
+        op = self.need(self.call(slot, "poll_next", agent), f"poll for {task_id[:8]} by {agent}")
+        got = op.value.get("task_id")
+        if got != task_id:
+            raise SetupFailed(f"the poll by {agent} was handed {str(got)[:8]}, not {task_id[:8]} "
+                              "(the only task the script left ready)")
+        self.say(f"w{slot} {agent} polled and got {task_id[:8]} until "
+                 f"{op.value.get('lease_expires_at')}")
+        return op.value
+
+    def grab(self, slot: int, agent: str, task_id: str) -> Call:
+        """A rival's attempt to take ``task_id``, for :meth:`race`: ``claim`` it by id, or
+        ``poll_next`` on a poll-only target (it is the only task that could be handed out)."""
+        if self.poll_only:
+            return (slot, "poll_next", agent, {})
+        return (slot, "claim", agent, {"task_id": task_id})
+
     def need(self, op: Op, what: str) -> Op:
         """A staging step must succeed (with a value where one is due), or the race cannot run."""
         if op.type != OK or (op.op in ("dispatch", "claim", "poll_next") and not op.value):
@@ -318,18 +346,24 @@ class Session(Executor):
         return str(uuid.uuid4())
 
 
+# in Scenario.needs: the script takes tasks with claim(id), or with poll_next where the
+# target has no claim (Session.take / Session.grab)
+TAKE = "claim-or-poll"
 _NOT_FEATURES = frozenset(ops_module.PROTOCOL) | {"dag", "wal-file"}
 
 
 def has_capability(capabilities: Iterable[str], name: str) -> bool:
-    """Does the target have an operation (``claim``…), ``dag``, ``wal-file``, or a protocol
-    feature (``lease``, ``targets``… from ``harness.ops.FEATURES``)?
+    """Does the target have an operation (``claim``…), ``dag``, ``wal-file``, :data:`TAKE`
+    (claim or poll_next), or a protocol feature (``lease``, ``targets``… from
+    ``harness.ops.FEATURES``)?
 
     A feature this harness does not list is assumed present, as the harness assumes a
     store that declares nothing to be a full protocol store (PROTOCOL.md#capability-declarations).
     """
     if name in capabilities:
         return True
+    if name == TAKE:
+        return "claim" in capabilities or "poll_next" in capabilities
     if name in _NOT_FEATURES:
         return False
     features = getattr(ops_module, "FEATURES", None)

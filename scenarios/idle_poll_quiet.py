@@ -12,7 +12,7 @@ poll path appends a frame on every idle poll.
 
 from __future__ import annotations
 
-from .base import Scenario, Session, holder_args
+from .base import TAKE, Scenario, Session, holder_args
 
 
 def idle_poll_quiet(s: Session) -> str:
@@ -21,7 +21,7 @@ def idle_poll_quiet(s: Session) -> str:
     if blocker and s.have(("dag",)):
         s.dispatch(deps=[blocker], title="waits for a dependency")
     done = s.dispatch(title="already done")
-    lease = s.claim(1, "worker", done)
+    lease = s.take(1, "worker", done)
     s.call(1, "fulfill", "worker", **holder_args("fulfill", done, lease["token"], "worker"))
     s.step({"kind": "checkpoint"})  # -wal emptied (and the checker makes sure it is)
     polls = 0
@@ -43,5 +43,5 @@ SCENARIO = Scenario(
                 "alone or all at once.",
     source="PROTOCOL.md#two-phase-idle-polls",
     script=idle_poll_quiet,
-    needs=("dispatch", "claim", "fulfill", "poll_next", "wal-file"),
+    needs=("dispatch", TAKE, "fulfill", "poll_next", "wal-file"),
 )

@@ -12,7 +12,7 @@ completes the task.
 
 from __future__ import annotations
 
-from .base import Scenario, Session, holder_args
+from .base import TAKE, Scenario, Session, holder_args
 
 EXEC_TTL_MS = 3_000
 
@@ -22,7 +22,7 @@ def late_fulfill_salvage(s: Session) -> str:
     for late_by in s.each((0, 1, 60_000)):
         attempts = 1 if late_by == 1 else 2  # once straight to TIMED_OUT, twice back to the queue
         task = s.dispatch(exec_ttl=EXEC_TTL_MS, attempts=attempts, title=f"late by {late_by}")
-        lease = s.claim(0, agent, task)
+        lease = s.take(0, agent, task)
         s.set_clock(lease["lease_expires_at"] - 1, "the last millisecond of the lease")
         if s.have(("salvage",)):  # partial work, kept forever
             s.call(0, "salvage", agent, **holder_args("salvage", task, lease["token"], agent))
@@ -31,7 +31,7 @@ def late_fulfill_salvage(s: Session) -> str:
         s.say(f"late fulfill -> {late.type} {late.error or ''}")
         s.call(1, "salvaged", "auditor", task_id=task)  # the model expects the late result
         if attempts > 1:
-            again = s.claim(1, other, task)
+            again = s.take(1, other, task)
             s.call(1, "fulfill", other, **holder_args("fulfill", task, again["token"], other))
             s.call(1, "salvaged", "auditor", task_id=task)  # still there after completion
     return ("late fulfills (at expires, +1, +60000) were refused and kept as salvage with the "
@@ -45,5 +45,5 @@ SCENARIO = Scenario(
                 "kept as salvage.",
     source="PROTOCOL.md#late-results",
     script=late_fulfill_salvage,
-    needs=("dispatch", "claim", "fulfill", "salvaged", "lease"),
+    needs=("dispatch", TAKE, "fulfill", "salvaged", "lease"),
 )

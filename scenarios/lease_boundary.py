@@ -12,29 +12,44 @@ win and nobody may reclaim; from ``expires`` on the holder must be refused and t
 reclaimer must win. A closed interval ``[claimed_at, expires]`` is off by one millisecond:
 at ``expires`` it lets the holder finish and refuses the reclaimer. Repeated with
 ``exec_ttl_ms`` of 1000, 2 and 1 (so ``expires - 1`` can be the claim instant itself).
+On a poll-only queue the reclaimer polls, and each instant gets a task of its own (a poll
+takes whichever task is ready), claimed alone just before.
 """
 
 from __future__ import annotations
 
-from .base import Scenario, Session, holder_args
+from .base import TAKE, Scenario, Session, holder_args
+
+
+def _race_at(s: Session, task: str, lease: dict, delta: int) -> None:
+    holder, reclaimer = "holder", "reclaimer"
+    s.set_clock(lease["lease_expires_at"] + delta, f"expires{delta:+d}")
+    fin, grab = s.race([
+        (0, "fulfill", holder, holder_args("fulfill", task, lease["token"], holder)),
+        s.grab(1, reclaimer, task)])
+    s.say(f"at expires{delta:+d}: holder fulfill -> {fin.type} {fin.error or ''}, "
+          f"reclaimer -> {'won' if grab.value else 'nothing'}")
+    if s.poll_only and grab.type == "ok" and grab.value:  # keep one ready task at a time
+        s.call(1, "fulfill", reclaimer,
+               **holder_args("fulfill", grab.value["task_id"], grab.value["token"], reclaimer))
 
 
 def lease_boundary(s: Session) -> str:
-    holder, reclaimer = "holder", "reclaimer"
     for ttl in s.each((1_000, 2, 1)):
+        if s.poll_only:
+            # a poll takes whichever task is ready: one task per instant, each claimed alone
+            for delta in (-1, 0, 1):
+                task = s.dispatch(exec_ttl=ttl, attempts=2, title=f"ttl {ttl} at expires{delta:+d}")
+                _race_at(s, task, s.take(0, "holder", task), delta)
+            continue
         tasks = [s.dispatch(exec_ttl=ttl, attempts=2, title=f"ttl {ttl} at expires{d:+d}")
                  for d in (-1, 0, 1)]
-        leases = [s.claim(0, holder, t) for t in tasks]
-        expires = leases[0]["lease_expires_at"]
+        leases = [s.claim(0, "holder", t) for t in tasks]
         for task, lease, delta in zip(tasks, leases, (-1, 0, 1), strict=True):
-            s.set_clock(expires + delta, f"expires{delta:+d}")
-            fin, grab = s.race([
-                (0, "fulfill", holder, holder_args("fulfill", task, lease["token"], holder)),
-                (1, "claim", reclaimer, {"task_id": task})])
-            s.say(f"at expires{delta:+d}: holder fulfill -> {fin.type} {fin.error or ''}, "
-                  f"reclaimer -> {'won' if grab.value else 'nothing'}")
-    return ("at expires-1 the holder won and nobody could reclaim; at expires and expires+1 "
-            "the holder was refused and the reclaimer won (exec_ttl_ms 1000, 2, 1)")
+            _race_at(s, task, lease, delta)
+    how = "polled" if s.poll_only else "reclaimed"
+    return (f"at expires-1 the holder won and nobody {how} the task; at expires and expires+1 "
+            f"the holder was refused and the reclaimer won (exec_ttl_ms 1000, 2, 1)")
 
 
 SCENARIO = Scenario(
@@ -44,5 +59,5 @@ SCENARIO = Scenario(
                 "the holder wins only before expires.",
     source="PROTOCOL.md#at-the-boundaries",
     script=lease_boundary,
-    needs=("dispatch", "claim", "fulfill", "lease"),
+    needs=("dispatch", TAKE, "fulfill", "lease"),
 )

@@ -6,12 +6,13 @@ A worker claims a task, gives it back (``release``, or its lease runs out), and 
 agent claims it again in another process, getting a fresh token. The first process still
 has the old token and replays it through every holder operation. A store that accepts any
 token it ever issued for the task (no retirement) lets the stale holder finish, fail,
-release or extend a task that is no longer its own.
+release or extend a task that is no longer its own. On a poll-only queue both claims are
+polls (the task is the only one ready).
 """
 
 from __future__ import annotations
 
-from .base import HOLDER_OPS, Scenario, Session, holder_args
+from .base import HOLDER_OPS, TAKE, Scenario, Session, holder_args
 
 EXEC_TTL_MS = 5_000
 
@@ -21,13 +22,13 @@ def stale_holder_replay(s: Session) -> str:
     old_slot, new_slot = 0, 1
     for how in s.each(("release", "expiry") if s.have(("lease",)) else ("release",)):
         task = s.dispatch(exec_ttl=EXEC_TTL_MS, attempts=2, title=f"replay after {how}")
-        old = s.claim(old_slot, agent, task)
+        old = s.take(old_slot, agent, task)
         if how == "release":
             s.need(s.call(old_slot, "release", agent,
                           **holder_args("release", task, old["token"], "first claim")), "release")
         else:
             s.set_clock(old["lease_expires_at"], "the first lease ends")
-        new = s.claim(new_slot, agent, task)
+        new = s.take(new_slot, agent, task)
         s.say(f"old token {old['token'][:8]} retired by {how}; current {new['token'][:8]}")
         for op in s.have(HOLDER_OPS):
             s.call(old_slot, op, agent, **holder_args(op, task, old["token"], "stale holder"))
@@ -43,5 +44,5 @@ SCENARIO = Scenario(
                 "replays every holder operation: all refused.",
     source="PROTOCOL.md#token-unique",
     script=stale_holder_replay,
-    needs=("dispatch", "claim", "fulfill", "release"),
+    needs=("dispatch", TAKE, "fulfill", "release"),
 )

@@ -26,8 +26,10 @@ The library, as it is:
   instant a consumer compares it with: ``expires_resolved < now`` discards the task. That
   is a queue window, not a lease; it is driven on the harness clock only by
   :func:`make_expiring_store` (below), where the task's ``expires`` is the dispatch's
-  ``queue_ttl_ms``. Both module names are patched, to an integer
-  millisecond ``datetime`` (no float rounding: ``EPOCH + timedelta(milliseconds=ms)``).
+  ``queue_ttl_ms``. Both modules' ``utcnow`` and ``datetime`` names are moved onto the
+  harness clock with :func:`harness.adapters.clock.patch_library_clock`, as an integer
+  millisecond ``datetime`` (no float rounding: ``EPOCH + timedelta(milliseconds=ms)``);
+  ``time.monotonic`` stays real (huey times blocking result waits with it).
 
 Mapping (:func:`make_store`): ``dispatch`` = enqueue a ``ferry_job(title, payload,
 requester)`` task (``retries=0``); ``poll_next`` = ``Huey.dequeue``; ``fulfill`` =
@@ -62,9 +64,10 @@ from ferry_core.errors import InvalidArgument, InvalidToken, NotFound
 from ferry_core.types import CLAIMED, COMPLETED, FAILED, SUBMITTED, TIMED_OUT
 
 from ._base import check_dispatch, checkpoint, make_claim, require_token, view
+from .clock import EPOCH as EPOCH  # re-exported: a huey instant is EPOCH + harness ms
+from .clock import ClockPatch, LibraryClock, patch_library_clock
 
 LIBRARY = "huey"
-EPOCH = _dt.datetime(1970, 1, 1)
 JOB = "ferry_job"
 
 
@@ -74,18 +77,18 @@ def _job(title: str, payload: Any, requester: str) -> Any:  # never run: ferry i
 
 def clock_datetime(clock: Callable[[], int]) -> Callable[[], _dt.datetime]:
     """A naive UTC ``datetime`` for harness milliseconds, exact (integer arithmetic)."""
-    return lambda: EPOCH + _dt.timedelta(milliseconds=int(clock()))
+    return LibraryClock(clock).utcnow
 
 
-def patch_huey_clock(clock: Callable[[], int]) -> None:
-    """Route huey's two time reads onto the harness clock (in this worker process).
+def patch_huey_clock(clock: Callable[[], int]) -> ClockPatch:
+    """Route huey's time reads onto the harness clock (in this worker process).
 
     huey binds ``utcnow`` by name in ``huey.utils`` (``normalize_time``, used to resolve
-    ``expires``) and in ``huey.api`` (``Huey._get_timestamp``); both names are replaced.
+    ``expires``) and in ``huey.api`` (``Huey._get_timestamp``), and reads
+    ``datetime.datetime.now`` through the ``datetime`` module name of both when not in UTC
+    mode; those names are replaced (see :mod:`harness.adapters.clock`).
     """
-    now = clock_datetime(clock)
-    huey.utils.utcnow = now
-    huey.api.utcnow = now
+    return patch_library_clock([huey.utils, huey.api], clock, only=("utcnow", "datetime"))
 
 
 class HueyStore:
@@ -104,8 +107,7 @@ class HueyStore:
 
     def __init__(self, path: str, *, clock: Callable[[], int]) -> None:
         self.clock = clock
-        if self.expiring:
-            patch_huey_clock(clock)
+        self.clock_patch = patch_huey_clock(clock) if self.expiring else None
         self.huey = SqliteHuey(name="ferry", filename=path, store_none=True, utc=True)
         self.job = self.huey.task(name=JOB)(_job)
         self.huey.pending_count()  # open the connection now (huey connects lazily): the -wal exists
@@ -121,7 +123,7 @@ class HueyStore:
         if self.expiring and queue_ttl_ms is not None:
             if not isinstance(queue_ttl_ms, int) or queue_ttl_ms <= 0:
                 raise InvalidArgument("queue_ttl_ms must be a positive integer")
-            expires = _dt.timedelta(milliseconds=queue_ttl_ms)
+            expires = LibraryClock(self.clock).timedelta(queue_ttl_ms)
         task = self.job.s(title, payload, requester, retries=0, expires=expires)
         self.huey.enqueue(task)
         return task.id
@@ -190,6 +192,8 @@ class HueyStore:
 
     def close(self) -> None:
         self.huey.storage.close()
+        if self.clock_patch is not None:
+            self.clock_patch.undo()
 
 
 class FirstResultHueyStore(HueyStore):
