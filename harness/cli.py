@@ -105,10 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--report-dir", default="reports/latest", metavar="DIR",
                       help="where report.json, report.md, history.jsonl and timeline.html go "
                       "(default reports/latest)")
-    fuzz.add_argument("--example-db", default=None, metavar="DIR",
-                      help="Hypothesis example database (a directory) where failing examples "
-                      "are saved and replayed first next time (default: DIR/examples under "
-                      "the report directory; 'none' to disable)")
+    fuzz.add_argument("--example-db", default=None, metavar="SPEC",
+                      help="Hypothesis example database where failing examples are saved and "
+                      "replayed first next time: none | dir:PATH (or a plain path) | "
+                      "redis://HOST:PORT/N (shared between machines; needs the redis "
+                      "package) | github:OWNER/REPO[/ARTIFACT] (read-only). Default: "
+                      "$FERRY_EXAMPLE_DB, else DIR/examples under the report directory")
     fuzz.add_argument("--wal-bound", type=_size, default=64 << 20, metavar="SIZE",
                       help="the -wal may never grow past this (wal-bounded), e.g. 64MiB, "
                       "8MiB, 500000 (bytes; default 64MiB)")
@@ -121,11 +123,15 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="re-run the minimal failing example of a report",
                             description="Re-run the minimal failing steps stored in DIR/report.json "
                             "and say how many tries reproduced the violation.",
-                            epilog="Exit codes: 0 did not reproduce, 1 reproduced at least "
-                            "once, 2 usage or harness error.")
+                            epilog="A crash report (crash.json) is replayed by rerunning its "
+                            "campaign until it shows the same invariant. Exit codes: 0 did not "
+                            "reproduce (or nothing to replay), 1 reproduced at least once, 2 usage "
+                            "or harness error (DIR holds neither report.json nor crash.json), "
+                            "130 interrupted.")
     replay.add_argument("report_dir", metavar="DIR",
-                        help="a report directory written by fuzz or scenarios (holds "
-                        "report.json)")
+                        help="a report directory written by fuzz, scenarios --report-dir, the "
+                        "pytest gate (ferry-reports/fuzz, ferry-reports/scenario/NAME) or crash "
+                        "--report-dir (holds report.json or crash.json)")
     replay.add_argument("--tries", type=_positive_int, default=10, help="how many runs (default 10)")
     replay.add_argument("--target", default=None, metavar="MODULE:FACTORY",
                         help="replay against another target (default: the report's)")
@@ -173,11 +179,14 @@ def _check_report_dir(path: str) -> None:
 
 
 def _example_db(option: str | None, report_dir: str) -> Any:
-    if option is not None and option.lower() == "none":
-        return None
-    from hypothesis.database import DirectoryBasedExampleDatabase
+    """The example database a ``--example-db`` spec names (harness/example_db.py)."""
+    from .example_db import ENV_VAR, ExampleDbError, open_example_db
 
-    return DirectoryBasedExampleDatabase(option or os.path.join(report_dir, "examples"))
+    try:
+        return open_example_db(option or os.environ.get(ENV_VAR),
+                               os.path.join(report_dir, "examples"))
+    except ExampleDbError as exc:
+        raise TargetError(str(exc)) from None
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
@@ -264,6 +273,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from .history import History
 
     path = Path(args.report_dir) / "report.json"
+    if not path.exists() and (Path(args.report_dir) / "crash.json").exists():
+        from .crash import replay_crash  # a crash campaign: rerun it (see harness/crash.py)
+
+        return replay_crash(args.report_dir, args.target, args.tries)
     try:
         report = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -290,7 +303,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 # Further subcommands live in their own modules, each with
 # ``register(subparsers) -> handler`` where ``handler(args) -> int`` (exit code).
-PLUGIN_COMMANDS = ("harness.bench", "harness.scenario_cli", "harness.crash")
+PLUGIN_COMMANDS = ("harness.bench", "harness.scenario_cli", "harness.crash", "harness.new_target",
+                   "harness.check_cli")
 
 
 def _load_plugins(sub: Any) -> dict[str, Any]:

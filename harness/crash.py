@@ -29,6 +29,11 @@ result); ``PRAGMA integrity_check`` (in the pool's reader process) must say ``ok
 ``TRUNCATE`` checkpoint must leave the ``-wal`` empty; no claim token may repeat.
 
 Exit code 0 when all of that holds, 1 otherwise, 2 for usage or harness errors.
+
+``ferry-harness replay DIR`` on a crash report directory runs the same campaign again
+(target, seed, rounds, workers, kill rate from ``crash.json``): the kills are drawn from the
+seed, but where they land depends on the OS scheduler, so a replay is a rerun that stops at
+the first run showing one of the same invariants.
 """
 
 from __future__ import annotations
@@ -525,7 +530,9 @@ class Crash:
                 "violations": [v.to_dict() for v in self.violations]}
 
 
-def summary_lines(rep: dict[str, Any]) -> list[str]:
+def summary_lines(rep: dict[str, Any], report_dir: str | os.PathLike[str] | None = None
+                  ) -> list[str]:
+    """The printed summary; names crash.json only when ``report_dir`` holds one."""
     s, cfg = rep["summary"], rep["config"]
     kp = s["kills_by_phase"]
     lines = [
@@ -549,19 +556,66 @@ def summary_lines(rep: dict[str, Any]) -> list[str]:
     for v in rep["violations"][:10]:
         lines.append(f"  [{v['invariant']}] {v['message']}")
     if len(rep["violations"]) > 10:
-        lines.append(f"  … and {len(rep['violations']) - 10} more (see crash.json)")
+        more = len(rep["violations"]) - 10
+        lines.append(f"  … and {more} more (see {Path(report_dir) / 'crash.json'})" if report_dir
+                     else f"  … and {more} more (rerun with --report-dir DIR to keep them all "
+                     "in DIR/crash.json)")
     return lines
+
+
+def crash_command(cfg: dict[str, Any]) -> str:
+    """The ``ferry-harness crash`` command line that runs this campaign again."""
+    return (f"ferry-harness crash --target {cfg['target']} --rounds {cfg['rounds']} "
+            f"--workers {cfg['workers']} --seed {cfg['seed']} --kill-rate {cfg['kill_rate']}")
 
 
 def write_report(rep: dict[str, Any], history: History, report_dir: str) -> Path:
     d = Path(report_dir)
     d.mkdir(parents=True, exist_ok=True)
-    rep = {"ferry": provenance(), **rep}
+    rep = {"ferry": provenance(), **rep, "replay": f"ferry-harness replay {d}",
+           "command": crash_command(rep["config"])}
     (d / "crash.json").write_text(json.dumps(rep, indent=2, default=str) + "\n")
     history.write_jsonl(d / "history.jsonl")
-    (d / "crash.md").write_text("# ferry crash campaign\n\n```\n" + "\n".join(summary_lines(rep))
-                                + "\n```\n")
+    (d / "crash.md").write_text("# ferry crash campaign\n\n```\n"
+                                + "\n".join(summary_lines(rep, d))
+                                + f"\n```\n\nReplay: `{rep['replay']}` (reruns `"
+                                + rep["command"] + "`)\n")
     return d
+
+
+def replay_crash(report_dir: str | os.PathLike[str], target: str | None, tries: int) -> int:
+    """``ferry-harness replay`` on a crash report: rerun the campaign of ``crash.json`` up to
+    ``tries`` times, stopping at the first run that shows one of its invariants. Exit 1 if
+    one did, 0 if none did (or the report records no violation)."""
+    from .cli import EXIT_OK, EXIT_VIOLATION
+    from .target import TargetError
+
+    path = Path(report_dir) / "crash.json"
+    try:
+        rep = json.loads(path.read_text())
+        cfg = CrashConfig(**{k: v for k, v in rep["config"].items()
+                             if k in CrashConfig.__dataclass_fields__})
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TargetError(f"cannot read {path}: {exc}") from None
+    wanted = {v["invariant"] for v in rep.get("violations", [])}
+    if not wanted:
+        print(f"ferry: {path} records no violation; nothing to replay")
+        return EXIT_OK
+    cfg.target = target or cfg.target
+    cfg.report_dir = None
+    load_factory(cfg.target)
+    print(f"ferry: replaying the crash campaign ({crash_command(asdict(cfg))}); a crash "
+          "replay is a rerun: the kills land where the scheduler puts them", flush=True)
+    for n in range(1, tries + 1):
+        again = Crash(cfg).run()
+        seen = {v["invariant"] for v in again["violations"]} & wanted
+        if seen:
+            print(f"ferry: replayed crash campaign against {cfg.target}: "
+                  f"[{', '.join(sorted(seen))}] reproduced on run {n} of at most {tries}")
+            return EXIT_VIOLATION
+    print(f"ferry: replayed crash campaign against {cfg.target}: "
+          f"[{', '.join(sorted(wanted))}] reproduced 0/{tries}")
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------- CLI
@@ -590,7 +644,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "completed exactly once with its accepted result, PRAGMA integrity_check is ok and the "
         "WAL checkpoints to 0 bytes.",
         epilog="Exit codes: 0 nothing lost, 1 a loss, duplicate, integrity or lease finding, "
-        "2 usage or harness error.")
+        "2 usage or harness error, 130 interrupted. Replay a failing run with: "
+        "ferry-harness replay DIR (DIR from --report-dir).")
     p.add_argument("--rounds", type=_positive_int, default=1000, metavar="N",
                    help="rounds of W lifecycles each (default 1000)")
     p.add_argument("--workers", type=_positive_int, default=4, metavar="W",
@@ -600,7 +655,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--kill-rate", type=_rate, default=0.35, metavar="P",
                    help="fraction of rounds in which one worker is killed (default 0.35)")
     p.add_argument("--report-dir", default=None, metavar="DIR",
-                   help="also write crash.json, crash.md and history.jsonl here")
+                   help="also write crash.json, crash.md and history.jsonl here (without "
+                   "it only the summary is printed; `ferry-harness replay DIR` reruns it)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return {"crash": cmd_crash}
 
@@ -621,9 +677,11 @@ def cmd_crash(args: argparse.Namespace) -> int:
 
     crash = Crash(cfg, progress=show)
     rep = crash.run()
-    for line in summary_lines(rep):
+    for line in summary_lines(rep, args.report_dir):
         print(line)
     if args.report_dir:
         d = write_report(rep, crash.history, args.report_dir)
         print(f"  report: {d}/crash.json  history: {d}/history.jsonl")
+        if rep["violations"]:
+            print(f"  replay: ferry-harness replay {d}")
     return EXIT_VIOLATION if rep["verdict"] == "fail" else EXIT_OK

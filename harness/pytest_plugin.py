@@ -1,10 +1,18 @@
 """ferry as a pytest plugin: a correctness gate in one line, and fixtures for your tests.
 
-Enabled automatically once ferry is installed (entry point ``pytest11``). With
-``pytest --ferry-target mypkg.store:make`` the session gains one test item per scenario
-and one fuzz campaign; each fails with the invariant id (PROTOCOL.md#invariants) and the
-path of its report directory, so JUnit XML and CI logs say what broke and where to look.
-Without the option nothing is added, and the fixtures (``ferry_clock``, ``ferry_workers``,
+Enabled automatically once ferry is installed (entry point ``pytest11``). The gate is one
+test item per scenario plus one fuzz campaign against a store factory; each fails with the
+invariant id (PROTOCOL.md#invariants) and the path of its report directory, so JUnit XML
+and CI logs say what broke and where to look. Two ways to ask for it, both collected as
+ordinary pytest items (counted in ``collected N items``, selectable with ``-k``, listed by
+``--co``, rerun by ``--lf``, distributed by ``-n``):
+
+- ``pytest --ferry-target mypkg.store:make_store``: items ``ferry::fuzz`` and
+  ``ferry::scenario/<name>``;
+- in a test module, ``test_gate = ferry_gate("mypkg.store:make_store")`` (what
+  ``ferry-harness new-target`` writes): items ``test_x.py::test_gate::fuzz`` and so on.
+
+Without either nothing is added, and the fixtures (``ferry_clock``, ``ferry_workers``,
 ``ferry_race``, ``ferry_history``, ``ferry_check``) are there for your own tests.
 """
 
@@ -20,60 +28,118 @@ import pytest
 from . import profiles
 
 DEFAULT_REPORT_DIR = "ferry-reports"
+DEFAULT_WORKERS = 4
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from .example_db import ENV_VAR, SPEC_HELP
+
     group = parser.getgroup("ferry", "ferry: concurrency gate for SQLite-WAL leasing stores")
     group.addoption("--ferry-target", default=None, metavar="MODULE:FACTORY",
                     help="add ferry's scenarios and a fuzz campaign against this store factory")
     group.addoption("--ferry-budget", type=float, default=None, metavar="SECONDS",
-                    help="fuzz campaign budget (default: from the Hypothesis profile; "
-                    "ferry-ci 30 s, ferry-dev 10 s, ferry-thorough 600 s)")
-    group.addoption("--ferry-workers", type=int, default=4, metavar="N",
-                    help="worker processes per race (default 4)")
-    group.addoption("--ferry-mode", choices=("stress", "schedule"), default="stress",
+                    help="fuzz campaign budget (default: the gate's, else from the Hypothesis "
+                    "profile; ferry-ci 30 s, ferry-dev 10 s, ferry-thorough 600 s)")
+    group.addoption("--ferry-workers", type=int, default=None, metavar="N",
+                    help=f"worker processes per race (default {DEFAULT_WORKERS})")
+    group.addoption("--ferry-mode", choices=("stress", "schedule"), default=None,
                     help="fuzz mode (default stress)")
     group.addoption("--ferry-report-dir", default=None, metavar="DIR",
-                    help=f"where reports go (default ./{DEFAULT_REPORT_DIR}); one directory per item")
+                    help=f"where reports go (default ./{DEFAULT_REPORT_DIR}); "
+                    "DIR/fuzz and DIR/scenario/<name>")
     group.addoption("--ferry-no-scenarios", action="store_true",
                     help="only the fuzz campaign, not the scenario suite")
+    group.addoption("--ferry-example-db", default=None, metavar="SPEC",
+                    help=f"where failing examples are kept and replayed first: {SPEC_HELP}; "
+                    f"also ${ENV_VAR}. redis:// shares them between CI runners")
 
 
 def _report_root(config: pytest.Config) -> Path:
-    root = Path(config.getoption("--ferry-report-dir") or config.rootpath / DEFAULT_REPORT_DIR)
-    return root
+    return Path(config.getoption("--ferry-report-dir") or config.rootpath / DEFAULT_REPORT_DIR)
+
+
+# what a failing item can name besides an invariant id: nothing decided, a scenario that
+# could not stage its race, a target that does not load
+NOT_INVARIANTS = frozenset({"unknown", "could-not-run", "target"})
 
 
 class FerryViolation(Exception):
     """A ferry item failed: carries the invariant and the report directory."""
 
     def __init__(self, invariant: str, message: str, report: Path | None) -> None:
+        anchor = f"PROTOCOL.md#{invariant}"
+        if invariant not in NOT_INVARIANTS and anchor not in message:
+            message = f"{message} (see {anchor})"
         where = f" — report: {report}" if report else ""
         super().__init__(f"[{invariant}] {message}{where}")
         self.invariant = invariant
         self.report = report
 
 
-class FerryItem(pytest.Item):
-    """One scenario or one fuzz campaign against ``--ferry-target``."""
+class FerryGate:
+    """The gate declared in a test module; pytest collects it as one item per scenario
+    plus ``fuzz``. Command-line ``--ferry-*`` options override these arguments."""
 
-    def __init__(self, *, kind: str, scenario: str | None = None, **kw: Any) -> None:
+    def __init__(self, target: str, *, budget: float | None = None, workers: int | None = None,
+                 mode: str | None = None, scenarios: bool = True,
+                 report_dir: str | os.PathLike[str] | None = None) -> None:
+        self.target = target
+        self.budget = budget
+        self.workers = workers
+        self.mode = mode
+        self.scenarios = scenarios
+        self.report_dir = report_dir
+
+    def __repr__(self) -> str:
+        return f"ferry_gate({self.target!r})"
+
+
+def ferry_gate(target: str, **options: Any) -> FerryGate:
+    """``test_gate = ferry_gate("mypkg.store:make_store")`` in a test module runs the gate
+    with plain ``pytest``. Options: ``budget`` (s), ``workers``, ``mode``, ``scenarios``
+    (False: fuzz only), ``report_dir``."""
+    return FerryGate(target, **options)
+
+
+class FerryItem(pytest.Item):
+    """One scenario or one fuzz campaign of a gate."""
+
+    def __init__(self, *, kind: str, gate: FerryGate, scenario: str | None = None,
+                 **kw: Any) -> None:
         super().__init__(**kw)
         self.kind = kind
+        self.gate = gate
         self.scenario = scenario
         self.user_properties.append(("ferry_kind", kind))
 
     @property
     def _target(self) -> str:
-        return self.config.getoption("--ferry-target")
+        return self.gate.target
+
+    def _opt(self, name: str, gate_value: Any, default: Any) -> Any:
+        value = self.config.getoption(name)
+        if value is not None:
+            return value
+        return gate_value if gate_value is not None else default
+
+    @property
+    def _workers(self) -> int:
+        return int(self._opt("--ferry-workers", self.gate.workers, DEFAULT_WORKERS))
 
     def _dir(self) -> Path:
-        return _report_root(self.config) / self.name.replace("/", "_")
+        """``ROOT/fuzz`` or ``ROOT/scenario/<name>`` (the paths the README names)."""
+        root = Path(self.gate.report_dir) if self.gate.report_dir else _report_root(self.config)
+        if self.gate.report_dir and hasattr(self.config, "workerinput"):
+            root = root / self.config.workerinput.get("workerid", "gw")
+        return root.joinpath(*self.name.split("/"))
 
     def runtest(self) -> None:
-        from .target import load_factory
+        from .target import TargetError, load_factory
 
-        load_factory(self._target)
+        try:
+            load_factory(self._target)
+        except TargetError as exc:
+            raise FerryViolation("target", str(exc), None) from None
         if self.kind == "scenario":
             self._run_scenario()
         else:
@@ -85,32 +151,32 @@ class FerryItem(pytest.Item):
         from .scenario_cli import run_scenarios, write_scenario_report
 
         scenario = SCENARIOS[self.scenario]
-        workers = self.config.getoption("--ferry-workers")
-        [result], _secs = run_scenarios([scenario], self._target, workers)
+        [result], _secs = run_scenarios([scenario], self._target, self._workers)
         if result.status == "skip":
             pytest.skip(result.explanation)
         if not result.passed:
-            d = write_scenario_report(scenario, result, target=self._target, workers=workers,
-                                      directory=self._dir())
-            self.user_properties.append(("ferry_invariant", result.invariant))
+            d = write_scenario_report(scenario, result, target=self._target,
+                                      workers=self._workers, directory=self._dir())
             self.user_properties.append(("ferry_report", str(d)))
+            if result.status == "error":  # nothing was decided about the invariant
+                raise FerryViolation("could-not-run", f"scenario {self.scenario} could not "
+                                     f"run: {result.explanation}", d)
+            self.user_properties.append(("ferry_invariant", result.invariant))
             raise FerryViolation(result.invariant, result.explanation, d)
 
     def _run_fuzz(self) -> None:
-        from hypothesis.database import DirectoryBasedExampleDatabase
-
         from .campaign import Campaign, CampaignConfig, write_report
 
         defaults = profiles.campaign_defaults()
-        budget = self.config.getoption("--ferry-budget") or defaults["budget_s"]
+        budget = self._opt("--ferry-budget", self.gate.budget, defaults["budget_s"])
         seed = self.config.getoption("hypothesis_seed", default=None)
         d = self._dir()
-        database = _user_database() or DirectoryBasedExampleDatabase(str(d / "examples"))
         cfg = CampaignConfig(
-            target=self._target, workers=self.config.getoption("--ferry-workers"),
-            budget_s=budget, seed=int(seed) if seed is not None else 0, report_dir=str(d),
-            mode=self.config.getoption("--ferry-mode"),
-            steps_per_example=defaults["steps_per_example"], database=database)
+            target=self._target, workers=self._workers, budget_s=budget,
+            seed=int(seed) if seed is not None else 0, report_dir=str(d),
+            mode=self._opt("--ferry-mode", self.gate.mode, "stress"),
+            steps_per_example=defaults["steps_per_example"],
+            database=_database(self.config, d))
         outcome = Campaign(cfg).run()
         write_report(outcome)
         self.user_properties.append(("ferry_report", str(d)))
@@ -120,8 +186,7 @@ class FerryItem(pytest.Item):
             db = outcome.report.get("example_database", {})
             note = " (replayed first from the example database)" if db.get("failure_from_database") else ""
             raise FerryViolation(v["invariant"], f"{v['message']}; reproduced "
-                                 f"{v.get('reproduced', '?')}{note}; see "
-                                 f"PROTOCOL.md#{v['invariant']}", d)
+                                 f"{v.get('reproduced', '?')}{note}", d)
         if outcome.verdict == "unknown":  # nothing was decided: not a pass
             why = "; ".join(outcome.report.get("unknown", [])[:3]) or \
                 "no example completed within the budget"
@@ -132,40 +197,68 @@ class FerryItem(pytest.Item):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
 
-    def reportinfo(self) -> tuple[str, int, str]:
-        return "ferry", 0, f"ferry {self.name}"
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"ferry {self.name} against {self._target}"
 
 
-def _user_database() -> Any:
-    """The example database of a user's own Hypothesis profile, if one is loaded."""
+def _database(config: pytest.Config, report_dir: Path) -> Any:
+    """``--ferry-example-db`` / ``$FERRY_EXAMPLE_DB``, else the database of a user's own
+    Hypothesis profile, else ``REPORT_DIR/examples``."""
     from hypothesis import settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
 
-    if profiles.current() in (*profiles.PROFILES, "default", "ci"):
-        return None
-    return settings.default.database
+    from .example_db import ENV_VAR, ExampleDbError, open_example_db
+
+    spec = config.getoption("--ferry-example-db") or os.environ.get(ENV_VAR)
+    default = str(report_dir / "examples")
+    if spec:
+        try:
+            return open_example_db(spec, default)
+        except ExampleDbError as exc:
+            raise pytest.UsageError(f"--ferry-example-db: {exc}") from None
+    if profiles.current() not in (*profiles.PROFILES, "default", "ci"):
+        return settings.default.database
+    return DirectoryBasedExampleDatabase(default)
 
 
 class FerryCollector(pytest.Collector):
-    """Collects the ferry items (deterministic order, so xdist workers agree)."""
+    """A gate's items in a fixed order (so xdist workers collect the same list)."""
+
+    def __init__(self, *, gate: FerryGate, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.gate = gate
 
     def collect(self) -> list[pytest.Item]:
         items: list[pytest.Item] = []
-        if not self.config.getoption("--ferry-no-scenarios"):
+        if self.gate.scenarios and not self.config.getoption("--ferry-no-scenarios"):
             from scenarios import SCENARIOS
 
             for name in SCENARIOS:
                 items.append(FerryItem.from_parent(self, name=f"scenario/{name}",
-                                                   kind="scenario", scenario=name))
-        items.append(FerryItem.from_parent(self, name="fuzz", kind="fuzz"))
+                                                   kind="scenario", scenario=name,
+                                                   gate=self.gate))
+        items.append(FerryItem.from_parent(self, name="fuzz", kind="fuzz", gate=self.gate))
         return items
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
-                                  items: list[pytest.Item]) -> None:
-    if not config.getoption("--ferry-target"):
-        return
-    collector = FerryCollector.from_parent(session, name="ferry")
-    items.extend(collector.collect())
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    """``--ferry-target``: the session's collection gains the ``ferry`` collector, so its
+    items are collected (and counted, selected, distributed) like any test file's."""
+    report = yield
+    target = collector.config.getoption("--ferry-target")
+    if isinstance(collector, pytest.Session) and target and report.passed:
+        report.result.append(FerryCollector.from_parent(
+            collector, name="ferry", nodeid="ferry", gate=FerryGate(target)))
+    return report
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> Any:
+    """A :func:`ferry_gate` assigned in a test module becomes that module's gate collector."""
+    if isinstance(obj, FerryGate):
+        return FerryCollector.from_parent(collector, name=name, gate=obj)
+    return None
 
 
 # ---------------------------------------------------------------------------- fixtures

@@ -5,8 +5,10 @@ a table (scenario, invariant, result, time, explanation); with ``--report-dir`` 
 failing scenario also gets a report directory in the format of ``ferry-harness fuzz``
 (report.json, report.md, history.jsonl, timeline.html), written by the same code.
 
-Exit codes: 0 every scenario passed (or was skipped: the target lacks what it needs),
-1 a scenario failed (a violation, or the race could not be staged), 2 usage error.
+Exit codes (``EXIT_CODES`` of ``harness/cli.py``): 0 every scenario passed (or was
+skipped: the target lacks what it needs), 1 a scenario found a violation, 2 usage or harness
+error, 3 a scenario could not run (its race could not be staged: nothing was decided),
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -23,7 +25,11 @@ from typing import Any
 from .provenance import provenance
 from .target import add_target_option, load_factory
 
-EXIT_OK, EXIT_VIOLATION, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_VIOLATION, EXIT_ERROR, EXIT_COULD_NOT_RUN = 0, 1, 2, 3
+SCENARIO_EXIT_CODES = ("Exit codes: 0 every scenario passed or was skipped, 1 a scenario "
+                       "found a violation, 2 usage or harness error, 3 a scenario could not "
+                       "run (its race could not be staged; nothing was decided), 130 "
+                       "interrupted.")
 STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow", "error": "bold red"}
 LABEL = {"pass": "passed", "fail": "failed", "skip": "skipped", "error": "could not run"}
 
@@ -36,14 +42,15 @@ def register(sub: Any) -> dict[str, Any]:
         description="Run named race scenarios (thundering herd, impersonation, zombie holder, "
         "lease boundary, …) against a store, one fresh database each, and judge every "
         "history with the harness checker (invariant ids: PROTOCOL.md#invariants).",
-        epilog="Exit codes: 0 all passed, 1 a scenario failed, 2 usage error.")
+        epilog=SCENARIO_EXIT_CODES)
     p.add_argument("names", nargs="*", metavar="NAME",
                    help="scenarios to run (default: all; see --list)")
     add_target_option(p)
     p.add_argument("--workers", type=_positive_int, default=4, metavar="N",
                    help="worker processes (default 4, at least 2; races use all of them)")
     p.add_argument("--report-dir", default=None, metavar="DIR",
-                   help="write a report directory DIR/<scenario>/ for every failing scenario")
+                   help="write a report directory DIR/<scenario>/ for every failing scenario "
+                   "(replay it with: ferry-harness replay DIR/<scenario>)")
     p.add_argument("--list", action="store_true", help="describe every scenario and exit")
     return {"scenarios": cmd_scenarios}
 
@@ -81,7 +88,16 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
                     scenario, result, target=args.target, workers=args.workers,
                     directory=Path(args.report_dir) / scenario.name))
     _print_results(results, args.target, seconds, reports)
-    return EXIT_VIOLATION if any(r.status in ("fail", "error") for r in results) else EXIT_OK
+    return exit_code(results)
+
+
+def exit_code(results: list[Any]) -> int:
+    """1 when any scenario found a violation; else 3 when any could not run; else 0."""
+    if any(r.status == "fail" for r in results):
+        return EXIT_VIOLATION
+    if any(r.status == "error" for r in results):
+        return EXIT_COULD_NOT_RUN
+    return EXIT_OK
 
 
 def run_scenarios(chosen: list[Any], target: str, workers: int) -> tuple[list[Any], float]:
@@ -180,8 +196,12 @@ def write_scenario_report(scenario: Any, result: Any, *, target: str, workers: i
     }
     outcome = Outcome("fail", report, directory, history=result.history)
     d = write_report(outcome, argv_replay=replay)
-    with open(d / "report.md", "a", encoding="utf-8") as fh:
-        fh.write(_script_section(scenario, result))
+    md = (d / "report.md").read_text(encoding="utf-8")
+    first, _, rest = md.partition("\n")
+    if first.startswith("# "):  # say what ran: a scenario, not a fuzz run
+        verdict = "COULD NOT RUN" if result.status == "error" else "FAIL"
+        md = f"# ferry scenario {scenario.name}: {verdict}\n{rest}"
+    (d / "report.md").write_text(md + _script_section(scenario, result), encoding="utf-8")
     return d
 
 
