@@ -21,7 +21,14 @@ def render_markdown(report: dict[str, Any]) -> str:
     """The whole report as markdown: verdict, invariants, violations, stats, replay command."""
     report = report if isinstance(report, dict) else {}
     verdict = str(report.get("verdict") or "unknown").upper()
-    out: list[str] = [f"# ferry fuzz run: {_text(verdict)}", ""]
+    scenario = report.get("scenario") if isinstance(report.get("scenario"), dict) else None
+    if scenario:  # say what ran: a scenario, not a fuzz run
+        if scenario.get("status") == "error":
+            verdict = "COULD NOT RUN"
+        what = f"scenario {scenario.get('name')}"
+    else:
+        what = "fuzz run"
+    out: list[str] = [f"# ferry {_text(what)}: {_text(verdict)}", ""]
     out += story_markdown(report)
 
     facts = [(k, report.get(k)) for k in ("target", "mode", "seed", "workers")]

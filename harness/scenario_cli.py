@@ -197,10 +197,6 @@ def write_scenario_report(scenario: Any, result: Any, *, target: str, workers: i
     outcome = Outcome("fail", report, directory, history=result.history)
     d = write_report(outcome, argv_replay=replay)
     md = (d / "report.md").read_text(encoding="utf-8")
-    first, _, rest = md.partition("\n")
-    if first.startswith("# "):  # say what ran: a scenario, not a fuzz run
-        verdict = "COULD NOT RUN" if result.status == "error" else "FAIL"
-        md = f"# ferry scenario {scenario.name}: {verdict}\n{rest}"
     (d / "report.md").write_text(md + _script_section(scenario, result), encoding="utf-8")
     return d
 

@@ -1,16 +1,16 @@
 """Deliberately broken leasing stores: the harness must catch every one of them.
 
-Each class below is ``ferry_core.LeaseStore`` with exactly ONE realistic bug, of a class the
-source articles in ``shared/seeds/`` warn about (``000``: CAS claim, lease tokens, holder
-guard, same-name impersonation; ``001``: TOCTOU, token history, half-open lease, DAG
-readiness; ``003``: WAL, no long transactions, daemon-lock UPSERT, two-phase sweep).
+Each class below is ``ferry_core.LeaseStore`` with exactly ONE realistic bug, of a class
+leasing stores are known for (CAS claim, lease tokens, holder guard, same-name
+impersonation; TOCTOU, token history, half-open lease, DAG readiness; WAL, no long
+transactions, daemon-lock UPSERT, two-phase sweep).
 Everything else is inherited unchanged, so a report about one of these stores points at its
 bug and nothing else. Where a method had to be changed in the middle, it is copied from
 ``LeaseStore`` and the broken line is marked ``# BUG``.
 
 The harness loads them as ``tests.broken_stores:<factory>`` and calls
 ``factory(path, clock=shared_clock)`` in every worker process; ``BROKEN`` maps each factory
-to the SPEC §8 invariant id it must trip and a one-line description.
+to the invariant id it must trip (PROTOCOL.md#invariants) and a one-line description.
 """
 
 from __future__ import annotations
@@ -383,7 +383,7 @@ def busy_idle_poll(path: str, *, clock) -> BusyIdlePollStore:
 class DroppedLateResultStore(LeaseStore):
     """BUG: a late ``fulfill`` (after the lease ended) is refused and its result thrown away.
 
-    SPEC §4 ("a late fulfill is refused with LeaseExpired, but its result is kept as
+    PROTOCOL.md#late-results ("a late fulfill is refused with LeaseExpired, but its result is kept as
     salvage: no delivered work is ever silently dropped"), from the salvage of article
     ``000``'s release/expiry cleanup: here the refusal is right but the late result is not
     kept. Invariant: ``no-lost-task``.
@@ -410,7 +410,7 @@ class DoubleFinishStore(LeaseStore):
     overwrites the first's result), and a fulfill racing a release, an expiry or a
     re-claim completes a task its token no longer holds.
 
-    Several SPEC §8 ids describe this: the second fulfill reuses a token the first one
+    Several invariant ids describe this: the second fulfill reuses a token the first one
     retired (``token-unique``, the id the harness reports and declared here), it changes a
     task nobody holds (``holder-guard``) and overwrites an accepted result (``no-lost-task``).
     """
