@@ -24,12 +24,12 @@ from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import get_state_machine_test
 
-from .checker import Checker, Violation, invariant_status, refusals
+from .checker import Checker, Violation, invariant_status
 from .client import WorkerPool
 from .clock import SharedClock
 from .executor import Executor, Stats
 from .generator import ViolationFound, machine_for
-from .history import History
+from .history import FAIL, History
 from .model import ModelConfig
 from .provenance import provenance
 from .schedule import compact
@@ -171,6 +171,8 @@ class Campaign:
         self.replayed_saved = 0
         self.from_database = False
         self.stopping = False
+        # campaign-wide: ops by name, refusals by class, steps by kind (boundaries, races…)
+        self.coverage: dict[str, dict[str, int]] = {"ops": {}, "refusals": {}, "steps": {}}
         self.search_end: float | None = None  # time.monotonic() when generating stops
         self.hard_end: float | None = None  # ... and when every run must have ended
         self.passes_seen: list[int] = []
@@ -184,6 +186,26 @@ class Campaign:
         self.capabilities |= ex.capabilities
         return ex
 
+    def _tally(self, ex: Executor) -> None:
+        """Add one searched example to the campaign-wide coverage (what the report shows
+        for a passing run: every example, not only the last one)."""
+        for o in ex.history:
+            self.coverage["ops"][o.op] = self.coverage["ops"].get(o.op, 0) + 1
+            if o.type == FAIL:
+                key = o.error or "?"
+                self.coverage["refusals"][key] = self.coverage["refusals"].get(key, 0) + 1
+        for st in ex.steps:
+            kind = st.get("kind", "?")
+            if kind == "clock" and "offset" in st:
+                kind = f"lease boundary {st['offset']:+d}"
+            elif kind == "lock_race" and st.get("offset") is not None:
+                kind = f"lock boundary {st['offset']:+d}"
+            elif kind == "holder" and st.get("race", 1) > 1:
+                kind = "holder race"
+            elif kind == "hostile":
+                kind = f"hostile {st.get('case')}"
+            self.coverage["steps"][kind] = self.coverage["steps"].get(kind, 0) + 1
+
     def _example_done(self) -> None:
         dt = time.perf_counter() - self._example_started
         if self.first_example_s is None:
@@ -196,12 +218,14 @@ class Campaign:
         if not self.failures:
             self.detect_s = time.perf_counter() - self.t0
         self.failures.append(Failure(list(ex.steps), ex.history, violations))
+        self._tally(ex)
         self._example_done()
 
     def record_pass(self, ex: Executor) -> None:
         self.passes = (self.passes + [ex.history])[-20:]
         if not self.failures:
             self.passes_seen.append(ex.example)
+        self._tally(ex)
         self._example_done()
 
     def snapshot(self) -> dict[str, Any]:
@@ -391,7 +415,9 @@ class Campaign:
                 "first_example_s": round(self.first_example_s or 0, 4),
                 "steady_example_s": round(steady, 4) if steady is not None else None,
                 "workers_replaced": self.runner.pool.replaced,
-                "refusals": refusals(history),
+                "refusals": dict(sorted(self.coverage["refusals"].items())),
+                "coverage": {k: dict(sorted(v.items())) for k, v in self.coverage.items()
+                             if k != "refusals"},
                 "faults": dict(stats.faults),
                 "stalls": [{"op": op, "seconds": sec} for op, sec in stats.stalls],
             },

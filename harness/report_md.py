@@ -57,9 +57,21 @@ def render_markdown(report: dict[str, Any]) -> str:
 
     stats = report.get("stats") or {}
     if isinstance(stats, dict) and stats:
+        flat = {k: v for k, v in stats.items() if not isinstance(v, dict)}
         out += ["## Stats", "", "| stat | value |", "| --- | ---: |"]
-        out += [f"| {_cell(k)} | {_cell(_num(v))} |" for k, v in stats.items()]
+        out += [f"| {_cell(k)} | {_cell(_num(v))} |" for k, v in flat.items()]
         out.append("")
+        # over the whole campaign, not only the example the timeline shows
+        tables = [("Refusals by class", stats.get("refusals")),
+                  ("Faults injected", stats.get("faults"))]
+        coverage = stats.get("coverage") if isinstance(stats.get("coverage"), dict) else {}
+        tables += [("Operations run", coverage.get("ops")),
+                   ("Steps by kind (races, boundaries, hostile arguments)", coverage.get("steps"))]
+        for heading, table in tables:
+            if isinstance(table, dict) and table:
+                out += [f"### {heading}", "", "| what | count |", "| --- | ---: |"]
+                out += [f"| {_cell(k)} | {_cell(_num(v))} |" for k, v in table.items()]
+                out.append("")
 
     schedule = report.get("schedule")
     if schedule:
