@@ -434,7 +434,12 @@ def _limit_reason(st: TaskState, op: Op, cfg: ModelConfig) -> str | None:
 def _apply_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
     limit = _limit_reason(st, op, cfg)
     if limit:
-        return _illegal(st, "holder-guard", f"{op.op} accepted past its limit ({limit})")
+        what = {"max_releases": f"release number {st.release_count + 1} of this task",
+                "max_extends": f"extend number {st.extend_count + 1} of this claim",
+                "hard cap": "an extend past created_at + 4 × queue_ttl_ms"}.get(limit, limit)
+        return _illegal(st, "holder-guard", (
+            f"{op.op} of task {st.task_id} accepted past its limit ({limit}): {what} must be "
+            "refused with LimitExceeded"))
     if op.op == "fulfill":
         return _legal(replace(st, status=COMPLETED, result=_j(op.args.get("result")),
                               token=None, lapsed=None))

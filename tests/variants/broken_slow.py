@@ -678,24 +678,18 @@ def unfenced_write(path: str, *, clock: Callable[[], int]) -> UnfencedWriteStore
 # ====================================================================== issue 13's holes
 # ---------------------------------------------------------------------- 13. uncounted_extends
 class UncountedExtendsStore(BearerImmediateStore):
-    """BUG: ``extend`` never increments ``extend_count``, so the per-claim cap never bites.
+    """BUG: ``extend`` counts, but never checks the count, so the per-claim cap never bites.
 
-    The guarded UPDATE moves the lease but forgets ``extend_count = extend_count + 1``;
-    the check ``extend_count >= max_extends`` therefore always passes and a holder extends
-    forever (the 4 x queue_ttl cap still applies). Views show ``extend_count`` 0 as well.
-    Invariants: ``holder-guard`` (a sixth extend of one claim must be refused with
-    LimitExceeded), but the read-counter check sees it first: after ONE accepted extend a
-    ``get()`` shows ``extend_count`` 0 where the model says 1, which it reports as
-    ``no-lost-task`` (3/3 seeds), so ``BROKEN_SLOW`` names that id.
+    The guard before the UPDATE forgot ``extend_count >= max_extends``: views show the
+    right count, and a holder extends forever (the 4 x queue_ttl cap still applies).
+    Invariant: ``holder-guard`` (a sixth extend of one claim must be refused with
+    LimitExceeded), seen only when the generator extends one claim more than five times.
     """
 
     @_api
     def extend(self, task_id: str, agent_id: str, token: str | None) -> int:
         def body(conn: sqlite3.Connection, now: int, row: sqlite3.Row) -> int:
-            if row["extend_count"] >= self._max_extends:
-                raise LimitExceeded(
-                    f"extend: this claim on task {row['task_id']} was already extended "
-                    f"{row['extend_count']} times (max_extends={self._max_extends})")
+            # BUG: no "if row['extend_count'] >= self._max_extends: raise LimitExceeded"
             new_exp = now + row["exec_ttl_ms"]
             cap = row["created_at"] + 4 * row["queue_ttl_ms"]
             if new_exp > cap:
@@ -703,7 +697,7 @@ class UncountedExtendsStore(BearerImmediateStore):
                     f"extend: the new expiry {new_exp} would pass created_at + 4*queue_ttl_ms = "
                     f"{cap} for task {row['task_id']}")
             self._guarded_update(
-                conn, "lease_expires_at = ?",  # BUG: no ", extend_count = extend_count + 1"
+                conn, "lease_expires_at = ?, extend_count = extend_count + 1",
                 (new_exp,), row["task_id"], row["claim_token"], now, "extend")
             return new_exp
 
@@ -838,8 +832,7 @@ BROKEN_SLOW: dict[str, tuple[tuple[str, ...], str, str]] = {
                      "fulfill pins the lease, completes in a 2nd tx: a death between strands it"),
     "unfenced_write": (("pause",), "lease-half-open",
                        "fulfill's final UPDATE lacks the token: a zombie completes a reclaim"),
-    # holder-guard too (the 6th extend), but a view's extend_count 0 is reported first
-    "uncounted_extends": ((), "no-lost-task", "extend never counts: the cap of 5 never bites"),
+    "uncounted_extends": ((), "holder-guard", "extend never checks its count: no cap of 5"),
     "extra_salvage_on_refusal": ((), "no-lost-task", "a refused salvage still appends its partial"),
     "token_in_view": ((), "token-unique", "views carry the live token as 'lease_ref'"),
     "wrong_counters": ((), "no-lost-task", "views report attempt + 1"),
