@@ -33,6 +33,7 @@ from .history import FAIL, History
 from .model import ModelConfig
 from .provenance import provenance
 from .schedule import compact
+from .target import import_root
 
 REPLAY_TRIES = 10
 SHRINK_TRIES = 3
@@ -399,6 +400,7 @@ class Campaign:
             "verdict": verdict,
             "ferry": provenance(),
             "target": self.cfg.target,
+            "target_path": import_root(self.cfg.target),
             "mode": self.cfg.mode,
             "seed": self.cfg.seed,
             "workers": self.cfg.workers,

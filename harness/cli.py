@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .target import TargetError, add_target_option, load_factory
+from .target import TargetError, add_import_root, add_target_option, load_factory
 
 EXIT_OK, EXIT_VIOLATION, EXIT_ERROR, EXIT_UNKNOWN = 0, 1, 2, 3
 EXIT_CODES = ("Exit codes: 0 no violation, 1 violation found, 2 usage or harness error, "
@@ -134,7 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "--report-dir (holds report.json or crash.json)")
     replay.add_argument("--tries", type=_positive_int, default=10, help="how many runs (default 10)")
     replay.add_argument("--target", default=None, metavar="MODULE:FACTORY",
-                        help="replay against another target (default: the report's)")
+                        help="replay against another target (default: the report's, imported "
+                        "from where the run imported it)")
+    replay.add_argument("--mode", choices=("stress", "schedule"), default=None,
+                        help="schedule: replay the interleaving found in schedule mode for an "
+                        "example that replayed unreliably (default: the report's mode)")
     return parser
 
 
@@ -286,13 +290,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EXIT_OK
     v = report["violations"][0]
     target = args.target or report["target"]
+    if not args.target:  # the report says where its target was imported from
+        add_import_root(report.get("target_path"))
     if report.get("scenario"):
         return _replay_scenario(report, target, args.tries)
     load_factory(target)
+    mode, steps = report.get("mode", "stress"), v["steps"]
+    if args.mode == "schedule":
+        det = v.get("schedule_mode") or {}
+        if det.get("found"):  # the interleaving found for an unreliable stress example
+            steps = det["steps"]
+        mode = "schedule"
     cfg = CampaignConfig(target=target, workers=report.get("workers", 4),
-                         faults=tuple(report.get("faults", ())),
-                         mode=report.get("mode", "stress"))
-    failure = Failure(v["steps"], History(), [Violation(v["invariant"], v["message"])])
+                         faults=tuple(report.get("faults", ())), mode=mode)
+    failure = Failure(steps, History(), [Violation(v["invariant"], v["message"])])
     with Runner(cfg) as runner:
         (hits, tries), _last = replay_count(runner, failure, args.tries)
     sched = f" (schedule {v['schedule']})" if v.get("schedule") else ""

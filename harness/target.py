@@ -50,3 +50,27 @@ def load_factory(spec: str) -> Callable[..., Any]:
     except ValueError:
         pass  # builtins without a signature: trust it
     return obj
+
+
+def import_root(spec: str) -> str | None:
+    """The directory the target's module was imported from (what ``sys.path`` needs for
+    ``replay`` to find it again from anywhere), or None for an installed package."""
+    module_name = spec.partition(":")[0]
+    module = sys.modules.get(module_name)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    root = os.path.dirname(os.path.abspath(path))
+    depth = module_name.count(".") + (1 if os.path.basename(path) == "__init__.py" else 0)
+    for _ in range(depth):
+        root = os.path.dirname(root)
+    if "site-packages" in root or "dist-packages" in root:
+        return None
+    return root
+
+
+def add_import_root(root: str | None) -> None:
+    """Make a recorded import root importable again (``replay`` from another directory)."""
+    if root and os.path.isdir(root) and root not in sys.path:
+        sys.path.insert(0, root)
+

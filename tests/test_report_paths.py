@@ -89,3 +89,27 @@ def test_every_help_lists_the_exit_codes(command, capsys):
     assert "Exit codes:" in out and "2 usage or harness error" in out, out
     if command in ("fuzz", "scenarios", "crash", "replay"):
         assert "130 interrupted" in out
+
+
+
+def test_replay_finds_the_target_from_another_directory(tmp_path):
+    """The report records where the target was imported from; replay restores it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "herestore.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(root)!r})\n"
+        "from tests.broken_stores import check_then_act as make\n")
+    run = subprocess.run([sys.executable, "-m", "harness", "fuzz", "--target", "herestore:make",
+                          "--budget", "5", "--quiet", "--example-db", "none", "--report-dir",
+                          str(proj / "r")], cwd=proj, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    again = subprocess.run([sys.executable, "-m", "harness", "replay", str(proj / "r"),
+                            "--tries", "2"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "reproduced" in again.stdout
