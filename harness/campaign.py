@@ -29,7 +29,7 @@ from .client import WorkerPool
 from .clock import SharedClock
 from .executor import Executor, Stats
 from .generator import ViolationFound, machine_for
-from .history import FAIL, History
+from .history import FAIL, OK, History
 from .model import ModelConfig
 from .provenance import provenance
 from .schedule import compact
@@ -174,6 +174,7 @@ class Campaign:
         self.stopping = False
         # campaign-wide: ops by name, refusals by class, steps by kind (boundaries, races…)
         self.coverage: dict[str, dict[str, int]] = {"ops": {}, "refusals": {}, "steps": {}}
+        self.evaluated: dict[str, int] = {}  # invariant -> times a check of it judged an op
         self.search_end: float | None = None  # time.monotonic() when generating stops
         self.hard_end: float | None = None  # ... and when every run must have ended
         self.passes_seen: list[int] = []
@@ -190,6 +191,8 @@ class Campaign:
     def _tally(self, ex: Executor) -> None:
         """Add one searched example to the campaign-wide coverage (what the report shows
         for a passing run: every example, not only the last one)."""
+        for inv, n in evaluations(ex).items():
+            self.evaluated[inv] = self.evaluated.get(inv, 0) + n
         for o in ex.history:
             self.coverage["ops"][o.op] = self.coverage["ops"].get(o.op, 0) + 1
             if o.type == FAIL:
@@ -389,7 +392,8 @@ class Campaign:
     def _outcome(self, failure: Failure | None, reproduced: tuple[int, int] | None,
                  seconds: float) -> Outcome:
         stats = self.runner.stats
-        invariants = invariant_status(self.capabilities, self.runner.pool.skips)
+        invariants = with_evaluations(invariant_status(self.capabilities, self.runner.pool.skips),
+                                      self.evaluated)
         # a pass needs at least one example that ran to its closing audit
         verdict = "fail" if failure else ("pass" if self.passes else "unknown")
         if verdict == "pass" and self.runner.checker.unknown:
@@ -449,6 +453,70 @@ class Campaign:
                                    "seconds_to_detect": round(getattr(self, "detect_s", 0.0), 3),
                                    "examples_until_found": len(self.passes_seen) + 1}
         return Outcome(verdict, report, Path(self.cfg.report_dir), failure, reproduced, stats, history)
+
+
+HOLDER = frozenset({"fulfill", "fail", "release", "extend", "salvage"})
+READ = frozenset({"get", "inspect", "salvaged"})
+LOCK = frozenset({"acquire_lock", "release_lock", "lock_holder"})
+
+# what "not exercised" means for each invariant: the kind of event that never happened
+NEVER = {
+    "single-winner": "no claim succeeded", "token-unique": "no claim succeeded",
+    "holder-guard": "no holder operation ran", "lease-half-open": "no lease or lock boundary",
+    "lock-exclusive": "no daemon-lock call ran", "dag-order": "no task with dependencies was claimed",
+    "no-lost-task": "no read and no empty poll", "wal-bounded": "no checkpoint without a reader",
+    "idle-no-write": "no idle poll or read was measured", "linearizable": "no object to order",
+    "typed-errors": "no operation ran", "integrity": "no integrity check ran",
+    "liveness": "no operation ran", "refusal-class": "no holder operation was refused",
+    "refusal-order": "no holder operation was refused",
+}
+
+
+def evaluations(ex: Executor) -> dict[str, int]:
+    """How many times each invariant's checks judged something in one example: a report may
+    say ``checked`` only where a check could have failed (``checked (N evaluations)``)."""
+    ops = list(ex.history)
+    deps = {o.value for o in ops if o.op == "dispatch" and o.type == OK
+            and o.args.get("depends_on")}
+    claims = sum(1 for o in ops if o.op in ("claim", "poll_next") and o.type == OK and o.value)
+    holder = [o for o in ops if o.op in HOLDER]
+    boundaries = sum(1 for st in ex.steps if st.get("kind") in ("clock", "lock_race")
+                     and st.get("offset") is not None)
+    boundaries += sum(1 for o in ops if "probe" in o.extra)
+    n = {
+        "single-winner": claims,
+        "token-unique": claims + len(holder) + sum(1 for o in ops if o.op in READ),
+        "holder-guard": len(holder),
+        "lease-half-open": boundaries,
+        "lock-exclusive": sum(1 for o in ops if o.op in LOCK),
+        "dag-order": sum(1 for o in ops if o.op in ("claim", "poll_next") and o.type == OK
+                         and o.value and o.value.get("task_id") in deps),
+        "no-lost-task": sum(1 for o in ops if (o.op in READ and o.type == OK) or (
+            o.op in ("claim", "poll_next") and o.type == OK and o.value is None)),
+        "wal-bounded": sum(1 for o in ops if o.op == "checkpoint" and not o.extra.get("reader")
+                           and "wal_after" in o.extra),
+        "idle-no-write": sum(1 for o in ops if o.extra.get("idle")),
+        "linearizable": len({o.task_id for o in ops if o.task_id} |
+                            {o.args.get("name") for o in ops if o.op in LOCK}),
+        "typed-errors": len(ops),
+        "integrity": sum(1 for o in ops if o.op == "integrity_check"),
+        "liveness": len(ops),
+        "refusal-class": sum(1 for o in holder if o.type == FAIL),
+        "refusal-order": sum(1 for o in holder if o.type == FAIL),
+    }
+    return {k: v for k, v in n.items() if v}
+
+
+def with_evaluations(status: dict[str, str], evaluated: dict[str, int]) -> dict[str, str]:
+    """``checked`` becomes ``checked (N evaluations)`` or ``not exercised (why)``."""
+    out = {}
+    for inv, st in status.items():
+        if st == "checked":
+            n = evaluated.get(inv, 0)
+            st = (f"checked ({n} evaluations)" if n
+                  else f"not exercised ({NEVER.get(inv, 'nothing to judge')} in this run)")
+        out[inv] = st
+    return out
 
 
 def violation_entry(v: Violation, failure: Failure, reproduced: tuple[int, int] | None) -> dict[str, Any]:

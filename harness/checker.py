@@ -9,13 +9,16 @@ executor attaches to ops as ``extra``.
 from __future__ import annotations
 
 import json
+import math
+import weakref
+from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .history import FAIL, INFO, OK, History, Op
-from .linearizability import check_partition, partition
-from .model import WRITERS_NOW_MAX, ModelConfig, _j, bad_arguments, step_lock, step_task
+from .linearizability import PartitionSearch, partition_key, task_search
+from .model import WRITERS_NOW_MAX, ModelConfig, _j, bad_arguments
 
 STATES = frozenset({"SUBMITTED", "CLAIMED", "COMPLETED", "FAILED", "TIMED_OUT"})
 COMPLETED = "COMPLETED"
@@ -105,7 +108,13 @@ def invariant_status(capabilities: Iterable[str],
 
 
 class Checker:
-    """Incremental: call :meth:`check` after each step with the objects that step touched."""
+    """Incremental: call :meth:`check` after each step with the objects that step touched.
+
+    What it learnt about a history (indexes of claims, tokens, dispatches, fulfils, sweeps,
+    and each object's search frontier) is kept between calls, keyed by the ``History``
+    object: a call looks only at the ops appended since the last one, so checking after
+    every step costs what the step added, and a full check is linear in the history.
+    """
 
     def __init__(self, cfg: ModelConfig | None = None, *, wal_bound_bytes: int = 64 << 20,
                  search_budget: int = 200_000) -> None:
@@ -113,67 +122,64 @@ class Checker:
         self.wal_bound = wal_bound_bytes
         self.search_budget = search_budget
         self.unknown: list[str] = []
-        # invariants the target declared it cannot be held to (ferry_skips): never reported
-        self.skips: frozenset[str] = frozenset()
+        self._runs: dict[int, _Run] = {}
 
     def check(self, history: History, new_ops: list[Op] | None = None) -> list[Violation]:
         """All violations visible in ``history``; with ``new_ops``, only objects they touch."""
-        everything = list(history)
-        for o in everything if new_ops is None else new_ops:
+        run = _run_for(self, history, new_ops is None)
+        run.ingest(history)
+        everything = history.ops
+        fresh_all = list(everything) if new_ops is None else list(new_ops)
+        n = len(everything)
+        for o in fresh_all:
+            if 0 <= o.index < n and everything[o.index] is o:
+                continue  # seen by run.ingest, which marked it already
             if o.op in HOSTILE_OPS and "invalid_args" not in o.extra:
                 why = bad_arguments(o, self.cfg)
                 if why:
                     o.extra["invalid_args"] = why
         # ops with invalid arguments are judged by the model alone (refused, or a
         # typed-errors finding); the global rules read only well-formed ones
-        ops = [o for o in everything if "invalid_args" not in o.extra]
-        fresh_all = everything if new_ops is None else new_ops
         fresh = [o for o in fresh_all if "invalid_args" not in o.extra]
         out: list[Violation] = []
         out += self._faults(fresh, self.cfg.lease_closed)
         out += self._liveness(fresh_all)
-        out += self._double_wins(ops, fresh)
-        out += self._secrets(ops, fresh)
-        out += self._linearizable(everything, fresh_all)
-        out += self._tokens(ops, fresh)
-        out += self._dag(ops, fresh)
+        out += self._double_wins(run, fresh)
+        out += self._secrets(run, fresh)
+        out += self._linearizable(run, fresh_all)
+        out += self._tokens(run, fresh)
+        out += self._dag(run, fresh)
         out += self._wal(fresh)
         out += self._typed(fresh_all)
-        out += self._inspect(ops, fresh)
-        out += self._ready_refused(ops, fresh)
-        out += self._cascade(ops, fresh)
-        return first_fact_first([v for v in out if v.invariant not in self.skips])
+        out += self._inspect(run, fresh)
+        out += self._ready_refused(run, fresh)
+        out += self._cascade(run, fresh)
+        return first_fact_first(out)
 
     # ----------------------------------------------------------------- per object
     @staticmethod
-    def _mark_concurrent_writers(ops: list[Op], fresh: list[Op]) -> None:
+    def _mark_concurrent_writers(run: _Run, fresh: list[Op]) -> None:
         """For each fresh late-fulfill refusal, the latest clock any other possible writer
         ran at before it ended (the model decides from it whether the late result must have
         been kept: see model.WRITERS_NOW_MAX)."""
-        late = [o for o in fresh if o.op == "fulfill" and o.type == FAIL
-                and o.error == "LeaseExpired" and WRITERS_NOW_MAX not in o.extra]
-        for o in late:
-            end = o.complete_ns or 0
-            o.extra[WRITERS_NOW_MAX] = max(
-                (p.now for p in ops if p.index != o.index and p.op not in READS
-                 and p.invoke_ns < end), default=-1)
+        for o in fresh:
+            if (o.op == "fulfill" and o.type == FAIL and o.error == "LeaseExpired"
+                    and WRITERS_NOW_MAX not in o.extra):
+                o.extra[WRITERS_NOW_MAX] = run.writers.max_before(o.complete_ns or 0, o.index, -1)
 
-    def _linearizable(self, ops: list[Op], fresh: list[Op]) -> list[Violation]:
-        self._mark_concurrent_writers(ops, fresh)
-        parts = partition(ops)
-        touched = set(partition(fresh))
+    def _linearizable(self, run: _Run, fresh: list[Op]) -> list[Violation]:
+        self._mark_concurrent_writers(run, fresh)
+        touched = {k for k in map(partition_key, fresh) if k is not None}
         out = []
         for key in sorted(touched):
-            part = parts.get(key, [])
-            if key.startswith("lock:"):
-                def step(s, o):
-                    return step_lock(s, o, self.cfg)
-            else:
-                def step(s, o):
-                    return step_task(s, o, self.cfg)
-            res = check_partition(key, part, step, budget=self.search_budget)
+            search = run.parts.get(key)
+            if search is None:
+                continue
+            res = search.run()
             if res.ok is None:
-                self.unknown.append(f"{key}: {res.why}")
+                if key not in run.unknown_said:
+                    run.unknown_said.add(key)
+                    self.unknown.append(f"{key}: {res.why}")
             elif not res.ok:
                 out.append(Violation(
                     res.invariant or "linearizable", res.why or "not linearizable",
@@ -190,8 +196,8 @@ class Checker:
         with no fault injected: every call must end with a result or a typed error."""
         out = []
         for o in fresh:
-            if o.op == "checkpoint" and not o.extra.get("reader"):
-                continue  # a TRUNCATE with no reader that cannot finish: wal-bounded's case
+            if o.op == "checkpoint":
+                continue  # a TRUNCATE that cannot finish: wal-bounded's case (see _wal)
             if "hung_s" in o.extra:
                 out.append(Violation(
                     "liveness",
@@ -207,37 +213,31 @@ class Checker:
                     ops=[o.index]))
         return out
 
-    def _double_wins(self, ops: list[Op], fresh: list[Op]) -> list[Violation]:
+    def _double_wins(self, run: _Run, fresh: list[Op]) -> list[Violation]:
         """Two concurrent claims of one task that both won, with neither lease over at the
         other's instant and nothing done with either token in between: two live holders,
         whatever order the search would try (``single-winner``, named before the search)."""
-        out = []
+        out: list[Violation] = []
         fresh_claims = self._claims(fresh)
         if not fresh_claims:
             return out
-        by_task: dict[str, list[Op]] = {}
-        for o in self._claims(ops):
-            by_task.setdefault(o.value.get("task_id"), []).append(o)
-        used: dict[str, int] = {}  # token -> earliest invoke of an op that presented it
-        for o in ops:
-            token = o.args.get("token")
-            if token is not None and o.type != FAIL:
-                used[token] = min(used.get(token, o.invoke_ns), o.invoke_ns)
-        reported: set[str] = set()
+        used = run.token_used  # token -> earliest invoke of an op that presented it
+        reported: set[Any] = set()
         for c2 in fresh_claims:
             tid = c2.value.get("task_id")
-            if tid in reported:
+            if _key(tid) in reported:
                 continue
-            for c1 in by_task.get(tid, []):
+            for c1 in run.claims_by_task.get(_key(tid), []):
                 if c1.index == c2.index or not _concurrent(c1, c2):
                     continue
                 closed = self.cfg.lease_closed
                 if not (_lease_covers(c1, c2.now, closed) and _lease_covers(c2, c1.now, closed)):
                     continue
                 end = max(c1.complete_ns or 0, c2.complete_ns or 0)
-                if any(used.get(c.value.get("token"), end) < end for c in (c1, c2)):
+                if any(used.get(_key(c.value.get("token")), end) < end for c in (c1, c2)):
                     continue
                 first, second = sorted((c1, c2), key=lambda o: o.index)
+                part = run.task_ops.get(_key(tid), [])
                 out.append(Violation(
                     "single-winner",
                     f"task {tid} has two live holders: {first.agent!r} (op #{first.index}, lease "
@@ -248,72 +248,60 @@ class Checker:
                     "changed) or one BEGIN IMMEDIATE transaction, never select-then-update",
                     ops=[first.index, second.index],
                     detail={"object": f"task:{tid}",
-                            "partition_ops": [o.index for o in ops if o.task_id == tid],
-                            "linearized_prefix": [o.index for o in ops if o.task_id == tid
-                                                  and o.index < first.index] + [first.index],
+                            "partition_ops": list(part),
+                            "linearized_prefix": [i for i in part if i < first.index]
+                            + [first.index],
                             "model_state": f"task {tid} CLAIMED by {first.agent!r} until "
                                            f"{first.value.get('lease_expires_at')}"}))
-                reported.add(tid)
+                reported.add(_key(tid))
                 break
         return out
 
     @staticmethod
-    def _secrets(ops: list[Op], fresh: list[Op]) -> list[Violation]:
+    def _secrets(run: _Run, fresh: list[Op]) -> list[Violation]:
         """No issued token appears anywhere in a read's value (``token-unique``: views never
         carry a token, PROTOCOL.md#operations), whatever the field is called."""
         reads = [o for o in fresh if o.op in ("get", "inspect", "salvaged") and o.type == OK]
-        if not reads:
+        if not reads or not run.secrets:
             return []
-        # a receipt that is the task's own id (some queues) is public, not a secret
-        tokens = {o.value["token"]: o for o in Checker._claims(ops)
-                  if isinstance(o.value.get("token"), str) and len(o.value["token"]) >= 8
-                  and o.value["token"] != o.value.get("task_id")}
         out = []
         for r in reads:
-            text = json.dumps(r.value, default=str)
-            for token, claim in tokens.items():
-                if token in text and claim.index < r.index:
-                    out.append(Violation(
-                        "token-unique",
-                        f"{r.op} returned the claim token {token[:8]}… issued to "
-                        f"{claim.agent!r} for task {claim.value.get('task_id')} (op "
-                        f"#{claim.index}): read APIs never carry a token, under any field name",
-                        ops=[claim.index, r.index]))
-                    break
+            hits = run.secrets_in(r.value)
+            found = [(run.secrets[t][0], t) for t in hits if run.secrets[t][1].index < r.index]
+            if found:
+                _, token = min(found)
+                claim = run.secrets[token][1]
+                out.append(Violation(
+                    "token-unique",
+                    f"{r.op} returned the claim token {token[:8]}… issued to "
+                    f"{claim.agent!r} for task {claim.value.get('task_id')} (op "
+                    f"#{claim.index}): read APIs never carry a token, under any field name",
+                    ops=[claim.index, r.index]))
         return out
 
     @staticmethod
     def _claims(ops: Iterable[Op]) -> list[Op]:
         return [o for o in ops if o.op in ("claim", "poll_next") and o.type == OK and o.value]
 
-    def _tokens(self, ops: list[Op], fresh: list[Op]) -> list[Violation]:
-        first: dict[str, Op] = {}
+    def _tokens(self, run: _Run, fresh: list[Op]) -> list[Violation]:
         out = []
-        fresh_ids = {o.index for o in fresh}
-        for o in self._claims(ops):
+        for o in self._claims(fresh):
             token = o.value.get("token")
-            if token in first and o.index in fresh_ids:
-                prev = first[token]
+            prev = run.first_claim.get(_key(token))
+            if prev is not None and prev is not o and prev.index != o.index:
                 out.append(Violation(
                     "token-unique",
                     f"token {str(token)[:8]}… issued twice: task {prev.value['task_id']} "
                     f"(op #{prev.index}) and task {o.value['task_id']} (op #{o.index})",
                     ops=[prev.index, o.index]))
-            first.setdefault(token, o)
         return out
 
-    def _dag(self, ops: list[Op], fresh: list[Op]) -> list[Violation]:
-        deps = {o.value: list(o.args.get("depends_on") or ()) for o in ops
-                if o.op == "dispatch" and o.type == OK}
-        fulfilled: dict[str, Op] = {}
-        for o in ops:
-            if o.op == "fulfill" and o.type in (OK, INFO):
-                fulfilled.setdefault(o.args["task_id"], o)
+    def _dag(self, run: _Run, fresh: list[Op]) -> list[Violation]:
         out = []
         for claim in self._claims(fresh):
             tid = claim.value["task_id"]
-            for d in deps.get(tid, []):
-                done = fulfilled.get(d)
+            for d in run.deps.get(_key(tid), []):
+                done = run.fulfilled_any.get(_key(d))
                 if done is None or done.invoke_ns >= (claim.complete_ns or 0):
                     out.append(Violation(
                         "dag-order",
@@ -341,6 +329,14 @@ class Checker:
                         f"{x.get('wal_mark_before')} -> {x.get('wal_mark_after')}), though the "
                         "file size stayed the same: it wrote although there was nothing to do",
                         ops=[o.index]))
+            if (o.op == "checkpoint" and x.get("reader") and "hung_s" in x
+                    and not _injected(o)):
+                out.append(Violation(
+                    "wal-bounded",
+                    f"checkpoint(TRUNCATE) was still waiting {x['hung_s']:.1f}s after the "
+                    f"outside reader let go (it held its snapshot {x.get('reader_hold_s', 0)}s): "
+                    "something of the store itself keeps a read transaction open, so the WAL "
+                    "can never be reset", ops=[o.index]))
             if (o.op == "checkpoint" and "wal_after" in x and not x.get("reader")
                     and o.type != OK and not _injected(o)):
                 out.append(Violation(
@@ -425,7 +421,7 @@ class Checker:
         return out
 
     @staticmethod
-    def _inspect(ops: list[Op], fresh: list[Op]) -> list[Violation]:
+    def _inspect(run: _Run, fresh: list[Op]) -> list[Violation]:
         """``inspect()`` lists every dispatched task exactly once, in a SPEC state, and
         every accepted result unchanged (``no-lost-task``)."""
         out: list[Violation] = []
@@ -445,8 +441,9 @@ class Checker:
                     out.append(Violation("no-lost-task", f"inspect() shows task {tid} in "
                                          f"state {v.get('status')!r}, not a SPEC state",
                                          ops=[o.index]))
-            before = [p for p in ops if p.type == OK and p.complete_ns and p.complete_ns < o.invoke_ns]
-            for p in before:
+            for p in run.ok_writes:
+                if not (p.complete_ns and p.complete_ns < o.invoke_ns):
+                    continue
                 if p.op == "dispatch" and p.value not in views:
                     out.append(Violation("no-lost-task", f"task {p.value} (dispatched by op "
                                          f"#{p.index}) is missing from inspect()",
@@ -462,74 +459,47 @@ class Checker:
         return out
 
     @staticmethod
-    def _ready_refused(ops: list[Op], fresh: list[Op]) -> list[Violation]:
+    def _ready_refused(run: _Run, fresh: list[Op]) -> list[Violation]:
         """A poll or claim that came back empty although a task was *certainly* ready for
         that agent (``no-lost-task``). Certain means: dispatched before the call, for this
         agent or any, every dependency fulfilled before the call, queue window open, and
         nothing that could have claimed or changed it started before the call ended."""
-        empty = [o for o in fresh if o.op in ("poll_next", "claim") and o.type == OK
-                 and o.value is None]
-        if not empty:
-            return []
-        dispatched = {o.value: o for o in ops if o.op == "dispatch" and o.type == OK}
-        fulfilled = {}
-        for o in ops:
-            if o.op == "fulfill" and o.type == OK:
-                fulfilled.setdefault(o.args.get("task_id"), o)
         out = []
-        for e in empty:
+        for e in fresh:
+            if not (e.op in ("poll_next", "claim") and e.type == OK and e.value is None):
+                continue
             end = e.complete_ns or 0
-            if any(o.type == INFO and o.op in ("poll_next", "claim") and o.invoke_ns < end
-                   for o in ops):
+            if run.info_claim_min < end:
                 continue  # an indeterminate claim may have taken anything
-            touched = {o.task_id for o in ops if o.invoke_ns < end and o.op not in
-                       ("dispatch", "get", "salvaged") and not (o.op == "claim" and o.value is None
-                                                                  and o.type == OK)}
-            wanted = [e.args["task_id"]] if e.op == "claim" else list(dispatched)
-            for tid in wanted:
-                d = dispatched.get(tid)
-                if d is None or tid in touched or (d.complete_ns or 0) >= e.invoke_ns:
-                    continue
-                a = d.args
-                if a.get("target_agent") not in (None, e.agent):
-                    continue
-                if not e.now < d.now + a.get("queue_ttl_ms", 0):
-                    continue
-                deps = a.get("depends_on") or []
-                if not all(x in fulfilled and (fulfilled[x].complete_ns or 0) < e.invoke_ns
-                           for x in deps):
-                    continue
-                out.append(Violation(
-                    "no-lost-task",
-                    f"{e.op}({e.agent!r}) returned nothing at t={e.now}, but task {tid} was "
-                    f"ready for it (dispatched by op #{d.index}, never claimed"
-                    f"{', dependencies completed' if deps else ''})", ops=[e.index, d.index]))
-                break
+            if e.op == "claim":
+                tid = e.args["task_id"]
+                found = tid if run.ready_for(e, tid) else None
+            else:
+                found = run.first_ready(e)
+            if found is None:
+                continue
+            d = run.dispatched[_key(found)]
+            deps = d.args.get("depends_on") or []
+            out.append(Violation(
+                "no-lost-task",
+                f"{e.op}({e.agent!r}) returned nothing at t={e.now}, but task {found} was "
+                f"ready for it (dispatched by op #{d.index}, never claimed"
+                f"{', dependencies completed' if deps else ''})", ops=[e.index, d.index]))
         return out
 
     @staticmethod
-    def _cascade(ops: list[Op], fresh: list[Op]) -> list[Violation]:
+    def _cascade(run: _Run, fresh: list[Op]) -> list[Violation]:
         """After a dependency ended FAILED or TIMED_OUT and a sweep ran, no dependent may
         still read SUBMITTED (``dag-order``: PROTOCOL.md#dependencies-and-the-failure-cascade)."""
         reads = [o for o in fresh if o.op == "get" and o.type == OK and isinstance(o.value, dict)
                  and o.value.get("status") == "SUBMITTED" and o.value.get("depends_on")]
-        if not reads:
-            return []
-        sweeps = [o for o in ops if o.op == "sweep" and o.type == OK]
-        ended: dict[str, int] = {}  # task -> when it was certainly FAILED/TIMED_OUT (ns)
-        for o in ops:
-            tid, t = o.args.get("task_id"), o.complete_ns or 0
-            if o.op == "fail" and o.type == OK:
-                ended[tid] = min(ended.get(tid, t), t)
-            elif (o.op == "get" and o.type == OK and isinstance(o.value, dict)
-                  and o.value.get("status") in ("FAILED", "TIMED_OUT")):
-                ended[tid] = min(ended.get(tid, t), t)
         out = []
         for r in reads:
+            # the latest start of a sweep that ended before this read began
+            swept = run.sweeps.max_before(r.invoke_ns)
             for dep in r.value["depends_on"]:
-                t = ended.get(dep)
-                if t is not None and any(t < s.invoke_ns and (s.complete_ns or 0) < r.invoke_ns
-                                         for s in sweeps):
+                t = run.ended.get(_key(dep))
+                if t is not None and t < swept:
                     out.append(Violation(
                         "dag-order",
                         f"task {r.value['task_id']} is still SUBMITTED at t={r.now} although its "
@@ -564,6 +534,9 @@ def _lease_covers(claim: Op, now: int, closed: bool = False) -> bool:
     return not isinstance(expires, int) or claim.now <= now < expires + (1 if closed else 0)
 
 
+# Findings about the refusal's class, not about safety: named only when nothing else is.
+MINOR = frozenset({"refusal-class", "refusal-order"})
+
 # How specific an invariant's name is: the generic search verdict comes last.
 _GENERIC = frozenset({"linearizable"})
 
@@ -573,7 +546,7 @@ def first_fact_first(violations: list[Violation]) -> list[Violation]:
     the checks run most-specific first (fault probes, two live holders, leaked tokens, the
     model's per-object verdicts, global rules), and the generic ``linearizable`` verdict
     goes last."""
-    return sorted(violations, key=lambda v: v.invariant in _GENERIC)
+    return sorted(violations, key=lambda v: (v.invariant in _GENERIC, v.invariant in MINOR))
 
 
 def refusals(history: History) -> dict[str, int]:
@@ -583,3 +556,314 @@ def refusals(history: History) -> dict[str, int]:
         if o.type == FAIL:
             out[o.error or "?"] = out.get(o.error or "?", 0) + 1
     return out
+
+
+# ----------------------------------------------------------------------------- indexes
+def _run_for(checker: Checker, history: History, fresh_start: bool) -> _Run:
+    """The checker's state for ``history`` (a new one for a new or rewritten history)."""
+    key = id(history)
+    runs = checker._runs
+    run = runs.get(key)
+    if (fresh_start or run is None or run.ref() is not history or run.cfg != checker.cfg
+            or run.budget != checker.search_budget or not run.consistent(history)):
+        run = _Run(history, checker.cfg, checker.search_budget)
+        runs.pop(key, None)
+        while len(runs) >= 4:  # old examples' histories: forget them
+            runs.pop(next(iter(runs)))
+        runs[key] = run
+    return run
+
+
+def _key(x: Any) -> Any:
+    """``x`` as a dict key (a store may hand back unhashable ids or tokens)."""
+    if type(x) is str or x is None:
+        return x
+    try:
+        hash(x)
+    except TypeError:
+        return ("unhashable", json.dumps(x, sort_keys=True, default=str))
+    return x
+
+
+def _leaf_texts(value: Any) -> Iterable[str]:
+    """The JSON text of every key and scalar inside ``value`` (strings without quotes)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            for k, x in v.items():
+                stack.append(k)
+                stack.append(x)
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, str):
+            yield json.dumps(v)[1:-1]
+        else:
+            yield json.dumps(v, default=str)
+
+
+class _PrefixMax:
+    """The largest value among entries whose key is below a limit (optionally not counting
+    one entry): entries arrive in nearly sorted key order, so inserting is cheap."""
+
+    def __init__(self) -> None:
+        self.keys: list[float] = []
+        self.values: list[float] = []
+        self.idents: list[int] = []
+        self.best: list[tuple[float, int, float | None]] = []  # prefix (max, its id, 2nd)
+        self.stale = 0  # first position whose prefix entry must be recomputed
+
+    def add(self, key: float, value: float, ident: int) -> None:
+        if not self.keys or key >= self.keys[-1]:
+            p = len(self.keys)
+            self.keys.append(key)
+            self.values.append(value)
+            self.idents.append(ident)
+        else:
+            p = bisect_left(self.keys, key)
+            self.keys.insert(p, key)
+            self.values.insert(p, value)
+            self.idents.insert(p, ident)
+        self.stale = min(self.stale, p)
+
+    def _refresh(self) -> None:
+        n = len(self.keys)
+        del self.best[self.stale:]
+        for p in range(self.stale, n):
+            v, i = self.values[p], self.idents[p]
+            if not self.best:
+                self.best.append((v, i, None))
+                continue
+            b1, i1, b2 = self.best[-1]
+            if v > b1:
+                self.best.append((v, i, b1))
+            elif b2 is None or v > b2:
+                self.best.append((b1, i1, v))
+            else:
+                self.best.append((b1, i1, b2))
+        self.stale = n
+
+    def max_before(self, limit: float, exclude: int | None = None,
+                   default: float = -math.inf) -> float:
+        p = bisect_left(self.keys, limit)
+        if p == 0:
+            return default
+        if self.stale < len(self.keys):
+            self._refresh()
+        b1, i1, b2 = self.best[p - 1]
+        if i1 == exclude:
+            return default if b2 is None else b2
+        return b1
+
+
+class _Run:
+    """What the checker knows about one history: indexes over the ops seen so far, each
+    updated in O(1) per op, and every object's search (its closed prefix and frontier)."""
+
+    def __init__(self, history: History, cfg: ModelConfig, budget: int) -> None:
+        self.ref = weakref.ref(history)
+        self.cfg = cfg
+        self.budget = budget
+        self.n = 0
+        self.last: Op | None = None
+        self.parts: dict[str, PartitionSearch] = {}
+        self.unknown_said: set[str] = set()
+        # over every op
+        self.writers = _PrefixMax()  # invoke -> clock of ops that may write
+        # over well-formed ops (no invalid_args)
+        self.task_ops: dict[Any, list[int]] = {}
+        self.claims_by_task: dict[Any, list[Op]] = {}
+        self.first_claim: dict[Any, Op] = {}
+        self.token_used: dict[Any, int] = {}
+        self.secrets: dict[str, tuple[int, Op]] = {}  # token -> (first seen, last claim)
+        self.secret_lengths: set[int] = set()
+        self.deps: dict[Any, list[Any]] = {}
+        self.fulfilled_any: dict[Any, Op] = {}
+        self.fulfilled_ok: dict[Any, Op] = {}
+        self.dispatched: dict[Any, Op] = {}
+        self.disp_pos: dict[Any, int] = {}
+        self.dup_dispatch = False
+        self.ok_writes: list[Op] = []
+        self.touch_min: dict[Any, int] = {}
+        self.info_claim_min: float = math.inf
+        self.ended: dict[Any, int] = {}
+        self.sweeps = _PrefixMax()  # completion -> invoke of OK sweeps
+        # tasks that may be ready (dependencies fulfilled), per target agent, as
+        # [dispatch completion, dispatch position, task key or None once pruned], sorted
+        self.groups: dict[Any, list[list[Any]]] = {}
+        self.pruned: dict[Any, int] = {}
+        self.waiting: dict[Any, list[Any]] = {}
+        self.removed_touch: float = -math.inf
+        self.removed_deadline: float = -math.inf
+
+    def consistent(self, history: History) -> bool:
+        """The history still starts with the ops this run has seen."""
+        return self.n <= len(history.ops) and (self.n == 0 or history.ops[self.n - 1] is self.last)
+
+    def ingest(self, history: History) -> None:
+        ops = history.ops
+        for o in ops[self.n:]:
+            self._add(o)
+        self.n = len(ops)
+        self.last = ops[-1] if ops else None
+
+    def _add(self, o: Op) -> None:
+        if o.op in HOSTILE_OPS and "invalid_args" not in o.extra:
+            why = bad_arguments(o, self.cfg)
+            if why:
+                o.extra["invalid_args"] = why
+        key = partition_key(o)
+        if key is not None:
+            search = self.parts.get(key)
+            if search is None:
+                search = self.parts[key] = task_search(key, self.cfg, budget=self.budget)
+            search.add((o,))
+        if o.op not in READS:
+            self.writers.add(o.invoke_ns, o.now, o.index)
+        if "invalid_args" in o.extra:
+            return
+        tid = o.task_id
+        if tid is not None:
+            self.task_ops.setdefault(_key(tid), []).append(o.index)
+        name, typ = o.op, o.type
+        if name in ("claim", "poll_next"):
+            if typ == OK and o.value:
+                v = o.value
+                self.claims_by_task.setdefault(_key(v.get("task_id")), []).append(o)
+                token = v.get("token")
+                self.first_claim.setdefault(_key(token), o)
+                if isinstance(token, str) and len(token) >= 8 and token != v.get("task_id"):
+                    seen = self.secrets.get(token)
+                    self.secrets[token] = (len(self.secrets) if seen is None else seen[0], o)
+                    self.secret_lengths.add(len(token))
+            elif typ == INFO:
+                self.info_claim_min = min(self.info_claim_min, o.invoke_ns)
+        token = o.args.get("token")
+        if token is not None and typ != FAIL:
+            k = _key(token)
+            self.token_used[k] = min(self.token_used.get(k, o.invoke_ns), o.invoke_ns)
+        if name == "dispatch" and typ == OK:
+            k = _key(o.value)
+            self.deps[k] = list(o.args.get("depends_on") or ())
+            if k in self.dispatched:
+                self.dup_dispatch = True
+            self.dispatched[k] = o
+            self.disp_pos.setdefault(k, len(self.disp_pos))
+            self.ok_writes.append(o)
+            missing = [_key(x) for x in self.deps[k] if _key(x) not in self.fulfilled_ok]
+            for x in missing:
+                self.waiting.setdefault(x, []).append(k)
+            if not missing:
+                self._maybe_ready(k)
+        elif name == "fulfill" and typ in (OK, INFO):
+            k = _key(o.args.get("task_id"))
+            self.fulfilled_any.setdefault(k, o)
+            if typ == OK:
+                self.ok_writes.append(o)
+                if k not in self.fulfilled_ok:
+                    self.fulfilled_ok[k] = o
+                    for dependent in self.waiting.pop(k, ()):
+                        if all(_key(x) in self.fulfilled_ok for x in self.deps.get(dependent, ())):
+                            self._maybe_ready(dependent)
+        elif name == "fail" and typ == OK:
+            self._ended(o)
+        elif (name == "get" and typ == OK and isinstance(o.value, dict)
+              and o.value.get("status") in ("FAILED", "TIMED_OUT")):
+            self._ended(o)
+        elif name == "sweep" and typ == OK:
+            self.sweeps.add(o.complete_ns or 0, o.invoke_ns, o.index)
+        if name not in ("dispatch", "get", "salvaged") and not (
+                name == "claim" and typ == OK and o.value is None):
+            k = _key(tid)
+            self.touch_min[k] = min(self.touch_min.get(k, o.invoke_ns), o.invoke_ns)
+
+    def _ended(self, o: Op) -> None:
+        k, t = _key(o.args.get("task_id")), o.complete_ns or 0
+        self.ended[k] = min(self.ended.get(k, t), t)
+
+    def _maybe_ready(self, k: Any) -> None:
+        d = self.dispatched.get(k)
+        if d is not None:
+            group = self.groups.setdefault(_key(d.args.get("target_agent")), [])
+            entry = [d.complete_ns or 0, self.disp_pos[k], k]
+            if not group or entry >= group[-1]:
+                group.append(entry)
+            else:
+                insort(group, entry)
+
+    def ready_for(self, e: Op, tid: Any) -> bool:
+        """Was ``tid`` certainly ready for the empty poll or claim ``e``?"""
+        k = _key(tid)
+        d = self.dispatched.get(k)
+        if d is None or self.touch_min.get(k, math.inf) < (e.complete_ns or 0):
+            return False
+        if (d.complete_ns or 0) >= e.invoke_ns:
+            return False
+        a = d.args
+        if a.get("target_agent") not in (None, e.agent):
+            return False
+        if not e.now < d.now + a.get("queue_ttl_ms", 0):
+            return False
+        for x in a.get("depends_on") or []:
+            f = self.fulfilled_ok.get(_key(x))
+            if f is None or (f.complete_ns or 0) >= e.invoke_ns:
+                return False
+        return True
+
+    def first_ready(self, e: Op) -> Any:
+        """The first task (in dispatch order) certainly ready for the empty poll ``e``."""
+        end = e.complete_ns or 0
+        if self.dup_dispatch or end <= self.removed_touch or e.now < self.removed_deadline:
+            # something pruned might count for this (out-of-order) op: look at every task
+            for d in self.dispatched.values():
+                if self.ready_for(e, d.value):
+                    return d.value
+            return None
+        best: tuple[int, Any] | None = None
+        for g in {_key(None), _key(e.agent)}:
+            group = self.groups.get(g)
+            if not group:
+                continue
+            for entry in group:
+                k = entry[2]
+                if k is None:
+                    continue
+                if entry[0] >= e.invoke_ns:
+                    break  # dispatched after the call began: not ready for it
+                d = self.dispatched[k]
+                touched = self.touch_min.get(k)
+                if touched is not None and touched < end:
+                    self._prune(g, entry)
+                    self.removed_touch = max(self.removed_touch, touched)
+                    continue
+                deadline = d.now + d.args.get("queue_ttl_ms", 0)
+                if not e.now < deadline:
+                    self._prune(g, entry)
+                    self.removed_deadline = max(self.removed_deadline, deadline)
+                    continue
+                if self.ready_for(e, d.value) and (best is None or entry[1] < best[0]):
+                    best = (entry[1], d.value)
+            if self.pruned.get(g, 0) * 2 > len(group):
+                group[:] = [x for x in group if x[2] is not None]
+                self.pruned[g] = 0
+        return None if best is None else best[1]
+
+    def _prune(self, g: Any, entry: list[Any]) -> None:
+        entry[2] = None
+        self.pruned[g] = self.pruned.get(g, 0) + 1
+
+    def secrets_in(self, value: Any) -> set[str]:
+        """Issued tokens that occur in ``value``'s JSON text."""
+        found: set[str] = set()
+        secrets, lengths = self.secrets, self.secret_lengths
+        for text in _leaf_texts(value):
+            n = len(text)
+            for L in lengths:
+                if n == L:
+                    if text in secrets:
+                        found.add(text)
+                elif n > L:
+                    for i in range(n - L + 1):
+                        if text[i:i + L] in secrets:
+                            found.add(text[i:i + L])
+        return found

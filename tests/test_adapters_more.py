@@ -86,7 +86,10 @@ def test_huey_second_result_overwrites_the_first(tmp_path, ferry_budget):
     inv = report["invariants"]
     assert inv["lease-half-open"].startswith("skipped (huey has no lease")
     for name in ("single-winner", "wal-bounded", "idle-no-write", "integrity"):
-        assert inv[name] == "checked", (name, inv[name])
+        # a failure found in the first examples may come before any idle probe ran: the
+        # report then says so rather than "checked"
+        assert inv[name].startswith(("checked (", "not exercised (")), (name, inv[name])
+    assert inv["single-winner"].startswith("checked (")
 
 
 def test_huey_queue_passes_when_the_first_result_wins(tmp_path, ferry_budget):
@@ -94,7 +97,7 @@ def test_huey_queue_passes_when_the_first_result_wins(tmp_path, ferry_budget):
                                5 * ferry_budget)
     assert outcome.verdict == "pass", report["violations"][:1]
     assert report["stats"]["race_rounds"] > 20
-    assert report["invariants"]["single-winner"] == "checked"
+    assert report["invariants"]["single-winner"].startswith("checked (")
 
 
 def test_simplebroker_redelivery_reuses_the_handle(tmp_path, ferry_budget):
@@ -103,8 +106,8 @@ def test_simplebroker_redelivery_reuses_the_handle(tmp_path, ferry_budget):
     v = report["violations"][0]
     assert v["invariant"] == "token-unique", v["message"]
     assert int(v["reproduced"].split("/")[0]) >= 5 and len(v["steps"]) <= 10
-    assert report["invariants"]["single-winner"] == "checked"
-    assert report["invariants"]["wal-bounded"] == "checked"
+    assert report["invariants"]["single-winner"].startswith("checked (")
+    assert report["invariants"]["wal-bounded"].startswith("checked (")
 
 
 # ------------------------------------------------------------------ minimal reproductions
