@@ -321,14 +321,20 @@ def ferry_race(ferry_workers: Any, ferry_history: Any) -> Callable[..., list[Any
 
 @pytest.fixture
 def ferry_check() -> Callable[..., list[Any]]:
-    """``ferry_check(history, strict=True)``: run every checker; raise on a violation
-    (``strict``) or return the list of violations."""
-    from .checker import Checker
+    """``ferry_check(history, strict=True, capabilities=None)``: run every checker on a
+    history (a ``History``, or the path of a ``history.jsonl`` — from a report, ``crash``
+    or ``harness.recorder``); raise on a violation or an undecided object (``strict``) or
+    return the violations. ``capabilities`` holds a partial target to what it has (default:
+    a full protocol store)."""
+    from .check_cli import check_history
+    from .history import History
 
-    def check(history: Any, *, strict: bool = True) -> list[Any]:
-        found = Checker().check(history)
-        if found and strict:
-            raise AssertionError("ferry: " + "; ".join(str(v) for v in found))
+    def check(history: Any, *, strict: bool = True, capabilities: Any = None) -> list[Any]:
+        if isinstance(history, (str, Path)):
+            history = History.read_jsonl(history)
+        found, unknown = check_history(history, capabilities)
+        if strict and (found or unknown):
+            raise AssertionError("ferry: " + "; ".join([str(v) for v in found] + list(unknown)))
         return found
 
     return check
