@@ -63,6 +63,10 @@ def _report_root(config: pytest.Config) -> Path:
 NOT_INVARIANTS = frozenset({"unknown", "could-not-run", "target"})
 
 
+# target -> the item in which it hung (per process: each xdist worker learns on its own)
+_HUNG: dict[str, str] = {}
+
+
 class FerryViolation(Exception):
     """A ferry item failed: carries the invariant and the report directory."""
 
@@ -140,10 +144,19 @@ class FerryItem(pytest.Item):
             load_factory(self._target)
         except TargetError as exc:
             raise FerryViolation("target", str(exc), None) from None
-        if self.kind == "scenario":
-            self._run_scenario()
-        else:
-            self._run_fuzz()
+        hung = _HUNG.get(self._target)
+        if hung is not None:  # every further run would only wait out the same hang
+            raise FerryViolation("liveness", f"not run: the target hung in {hung} (see that "
+                                 "item's report); a hanging target fails the whole gate", None)
+        try:
+            if self.kind == "scenario":
+                self._run_scenario()
+            else:
+                self._run_fuzz()
+        except FerryViolation as exc:
+            if exc.invariant == "liveness":
+                _HUNG[self._target] = self.name
+            raise
 
     def _run_scenario(self) -> None:
         from scenarios import SCENARIOS

@@ -137,3 +137,19 @@ def test_an_unreliable_stress_example_gets_a_deterministic_schedule(tmp_path):
     hits, tries = map(int, found["reproduced"].split("/"))
     assert hits >= 8 and tries == 10
     assert found["schedule"]
+
+
+def test_the_pytest_gate_on_a_hanging_store_ends_quickly_naming_liveness(tmp_path):
+    """The first item that hangs is a liveness failure; the rest fail at once saying so,
+    instead of each waiting out the same hang."""
+    budget = 10.0
+    t0 = time.perf_counter()
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir",
+         str(tmp_path), "--ferry-target", "tests.slow_stores:hang_claim", "--ferry-budget",
+         str(budget)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wall = time.perf_counter() - t0
+    assert run.returncode == 1, run.stdout[-2000:]
+    assert wall <= budget * 1.1 + 10, f"{wall:.1f}s"
+    assert "[liveness]" in run.stdout and "not run: the target hung in" in run.stdout
