@@ -400,6 +400,14 @@ def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
         # LeaseExpired first)
         first = {fails[0]} | ({"LeaseExpired"} if fails[0] == "WrongState" and st.lapsed else set())
         if cfg.refusal_order and cfg.typed_refusals and err not in first:
+            if st.lapsed is not None and op.now == st.lapsed_at:
+                live = replace(st, status=CLAIMED, holder=st.lapsed[0], token=st.lapsed[1])
+                live_fails = _guard_failures(live, op.agent, token, cfg)[0]
+                if live_fails and err == live_fails[0]:
+                    return _illegal(st, "lease-half-open", (
+                        f"{op.op} of task {st.task_id} at t={op.now} was refused with {err}, "
+                        "the answer for a lease still running; it ended at lease_expires_at = "
+                        f"{st.lapsed_at} (half-open), so LeaseExpired or WrongState comes first"))
             return _illegal(st, "refusal-order", (
                 f"{op.op} of task {st.task_id} refused with {err}; the store declares "
                 f"refusal-order, and the first failing check in the PROTOCOL.md#the-holder-guard order is {fails[0]} "

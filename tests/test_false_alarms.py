@@ -214,3 +214,17 @@ def test_a_token_whose_lease_ended_may_be_told_lease_expired_forever():
            now=T0 + 50, type=FAIL, error="LeaseExpired")
     [v] = check(rec)
     assert v.invariant == "refusal-class"
+
+
+def test_a_refusal_that_treats_the_boundary_as_live_is_a_lease_finding():
+    """A forged fulfill at exactly lease_expires_at refused with InvalidToken (the answer
+    for a live lease): for a store declaring refusal-order it is the closed lease that
+    shows, so it is named lease-half-open, not refusal-order."""
+    rec = Recorder()
+    rec.dispatch()
+    rec.claim("alice", TOKEN_A)
+    rec.op("fulfill", "alice", {"task_id": "t1", "token": TOKEN_B, "result": 1},
+           now=T0 + 50, type=FAIL, error="InvalidToken")
+    assert check(rec) == []  # any failing check's class will do for an undeclared store
+    [v] = check(rec, DECLARED)
+    assert v.invariant == "lease-half-open" and "still running" in v.message
