@@ -9,13 +9,26 @@ def children_of(pid: int) -> list[int]:
     """Live (non-zombie) direct children of ``pid``, from /proc (no psutil)."""
     out = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields and int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(entry))
+    return out
+
+
+def _stat(pid: str) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid`` (a run started with
+    ``start_new_session``: the run itself and everything it forked)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields and int(fields[3]) == pgid and fields[0] != "Z":
             out.append(int(entry))
     return out

@@ -20,6 +20,7 @@ import pytest
 from harness.campaign import Campaign, CampaignConfig, Failure
 from harness.checker import Violation
 from harness.history import History
+from tests.procs import group_members
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,23 +49,9 @@ def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, float]:
 def _no_survivors(proc: subprocess.Popen) -> None:
     """Nothing of the run (workers, reader) outlives it."""
     deadline = time.time() + 3
-    left: list[str] = []
-    while time.time() < deadline:
-        left = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == proc.pid and fields[0] != "Z":  # same process group
-                left.append(entry)
-        if not left:
-            return
+    while group_members(proc.pid) and time.time() < deadline:
         time.sleep(0.1)
-    raise AssertionError(f"processes of the run outlived it: {left}")
+    assert not group_members(proc.pid), f"processes of the run outlived it: {group_members(proc.pid)}"
 
 
 def _report(out: Path) -> dict:

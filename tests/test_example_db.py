@@ -19,26 +19,11 @@ from hypothesis.database import (
 )
 
 from harness.example_db import ExampleDbError, open_example_db
+from tests.gate_sources import LOCK_BROKEN
 
 pytest_plugins = ["pytester"]
 
-LOCK_BROKEN = '''
-from ferry_core import LeaseStore
 
-class Broken(LeaseStore):
-    """Takes the daemon lock whoever holds it."""
-
-    def acquire_lock(self, name, owner, ttl_ms):
-        now = self.clock()
-        self._rows(
-            "INSERT INTO daemon_locks(name, owner, expires_at, acquired_at) VALUES (?,?,?,?)"
-            " ON CONFLICT(name) DO UPDATE SET owner=excluded.owner, expires_at=excluded.expires_at",
-            (name, owner, now + ttl_ms, now))
-        return True
-
-def make(path, *, clock):
-    return Broken(path, clock=clock)
-'''
 
 
 def test_specs(tmp_path):

@@ -9,35 +9,13 @@ import re
 import pytest
 
 from scenarios import SCENARIOS
+from tests.gate_sources import LOCK_BROKEN, OK_STORE
 
 pytest_plugins = ["pytester"]
 
 N_SCENARIOS = len(SCENARIOS)
 
-OK_STORE = """
-from ferry_core import LeaseStore
 
-def make(path, *, clock):
-    return LeaseStore(path, clock=clock)
-"""
-
-LOCK_BROKEN = '''
-from ferry_core import LeaseStore
-
-class Broken(LeaseStore):
-    """Takes the daemon lock whoever holds it."""
-
-    def acquire_lock(self, name, owner, ttl_ms):
-        now = self.clock()
-        self._rows(
-            "INSERT INTO daemon_locks(name, owner, expires_at, acquired_at) VALUES (?,?,?,?)"
-            " ON CONFLICT(name) DO UPDATE SET owner=excluded.owner, expires_at=excluded.expires_at",
-            (name, owner, now + ttl_ms, now))
-        return True
-
-def make(path, *, clock):
-    return Broken(path, clock=clock)
-'''
 
 USER_TEST = "def test_mine():\n    assert 1 + 1 == 2\n"
 GATE_FILE = 'from harness.pytest_plugin import ferry_gate\n\ngate = ferry_gate("ok:make")\n'

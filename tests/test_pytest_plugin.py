@@ -9,32 +9,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from tests.gate_sources import LOCK_BROKEN, OK_STORE
+
 pytest_plugins = ["pytester"]
 
-OK_STORE = """
-from ferry_core import LeaseStore
 
-def make(path, *, clock):
-    return LeaseStore(path, clock=clock)
-"""
-
-BROKEN_STORE = '''
-from ferry_core import LeaseStore
-
-class Broken(LeaseStore):
-    """Takes the daemon lock whoever holds it (the UPSERT lost its WHERE clause)."""
-
-    def acquire_lock(self, name, owner, ttl_ms):
-        now = self.clock()
-        self._rows(
-            "INSERT INTO daemon_locks(name, owner, expires_at, acquired_at) VALUES (?,?,?,?)"
-            " ON CONFLICT(name) DO UPDATE SET owner=excluded.owner, expires_at=excluded.expires_at",
-            (name, owner, now + ttl_ms, now))
-        return True
-
-def make(path, *, clock):
-    return Broken(path, clock=clock)
-'''
 
 USER_TEST = """
 def test_one_winner(ferry_race, ferry_workers, ferry_history, ferry_check):
@@ -48,7 +27,7 @@ def test_one_winner(ferry_race, ferry_workers, ferry_history, ferry_check):
 
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makepyfile(ok=OK_STORE, broken=BROKEN_STORE, test_user=USER_TEST)
+    pytester.makepyfile(ok=OK_STORE, broken=LOCK_BROKEN, test_user=USER_TEST)
     pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
     return pytester
 
