@@ -61,6 +61,7 @@ from huey.constants import EmptyData
 from huey.utils import Error
 
 from ferry_core.errors import InvalidArgument, InvalidToken, NotFound
+from ferry_core.store import MAX_TTL_MS
 from ferry_core.types import CLAIMED, COMPLETED, FAILED, SUBMITTED, TIMED_OUT
 
 from ._base import check_dispatch, checkpoint, make_claim, require_token, view
@@ -121,8 +122,10 @@ class HueyStore:
         check_dispatch(LIBRARY, target_agent, depends_on, payload)
         expires = None
         if self.expiring and queue_ttl_ms is not None:
-            if not isinstance(queue_ttl_ms, int) or queue_ttl_ms <= 0:
-                raise InvalidArgument("queue_ttl_ms must be a positive integer")
+            if (isinstance(queue_ttl_ms, bool) or not isinstance(queue_ttl_ms, int)
+                    or not 0 < queue_ttl_ms <= MAX_TTL_MS):
+                raise InvalidArgument(
+                    f"queue_ttl_ms must be a positive integer up to {MAX_TTL_MS}")
             expires = LibraryClock(self.clock).timedelta(queue_ttl_ms)
         task = self.job.s(title, payload, requester, retries=0, expires=expires)
         self.huey.enqueue(task)
