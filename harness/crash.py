@@ -534,11 +534,9 @@ class Crash:
         if os.path.exists(self.path + "-wal"):
             caps.add("wal-file")
         found, unknown = check_history(self.history, caps)
-        seen = {(v.invariant, v.message) for v in self.violations}
-        for v in found:
-            if (v.invariant, v.message) not in seen:
-                self.violations.append(v)
         self.t.unknown = len(unknown)
+        if not self.violations:  # the audit's findings name the loss; these add the steps
+            self.violations.extend(found)
 
     # ------------------------------------------------------------------ report
     def report(self) -> dict[str, Any]:
