@@ -108,7 +108,6 @@ class Tally:
     changed_results: int = 0
     duplicate_tokens: int = 0
     integrity: str = "not run"
-    unknown: int = 0  # objects the model check could not decide
     wal_after_checkpoint: int | None = None
     workers_replaced: int = 0
     seconds: float = 0.0
@@ -523,20 +522,6 @@ class Crash:
             if op.type != OK or t.wal_after_checkpoint:
                 self.violation("wal-bounded", f"checkpoint(TRUNCATE) -> {op.value or op.error}, "
                                f"-wal left at {t.wal_after_checkpoint} bytes", [op.index])
-        self.model_check()
-
-    def model_check(self) -> None:
-        """The whole history through the same checker as fuzz (``ferry-harness check``): the
-        audit above proves nothing was lost; this proves every step on the way was legal."""
-        from .check_cli import check_history
-
-        caps = set(self.pool.capabilities)
-        if os.path.exists(self.path + "-wal"):
-            caps.add("wal-file")
-        found, unknown = check_history(self.history, caps)
-        self.t.unknown = len(unknown)
-        if not self.violations:  # the audit's findings name the loss; these add the steps
-            self.violations.extend(found)
 
     # ------------------------------------------------------------------ report
     def report(self) -> dict[str, Any]:
