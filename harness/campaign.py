@@ -28,7 +28,7 @@ from .checker import Checker, Violation, invariant_status
 from .client import WorkerPool
 from .clock import SharedClock
 from .executor import Executor, Stats
-from .generator import ViolationFound, machine_for
+from .generator import RACES, ViolationFound, machine_for
 from .history import FAIL, OK, History
 from .model import ModelConfig
 from .provenance import provenance
@@ -39,7 +39,6 @@ REPLAY_TRIES = 10
 SHRINK_TRIES = 3
 RELIABLE_HITS = 8  # of REPLAY_TRIES: below this a stress example is re-run in schedule mode
 SCHEDULE_SEEDS = 20  # PCT interleavings tried for a deterministic replay
-RACES_KINDS = frozenset({"race_claim", "race_poll", "holder", "lock_race"})
 SHRINK_SHARE = 0.6  # of the time left after the search; the replays get the rest
 REPORT_RESERVE_S = 2.0  # kept back from the time limit for the report and the pool's exit
 
@@ -286,7 +285,7 @@ class Campaign:
             for seed in range(SCHEDULE_SEEDS):
                 if runner.out_of_time():
                     return {"found": False, "tried": seed, "why": "stopped at budget"}
-                steps = [dict(st, pct=seed * 7919 + i) if st.get("kind") in RACES_KINDS else st
+                steps = [dict(st, pct=seed * 7919 + i) if st.get("kind") in RACES else st
                          for i, st in enumerate(copy.deepcopy(failure.steps))]
                 found, ex = runner.run_steps(steps)
                 if any(v.invariant == failure.invariant for v in found):

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .history import FAIL, INFO, OK, History, Op
+from .history import CUT_SHORT, FAIL, INFO, OK, History, Op
 from .linearizability import PartitionSearch, partition_key, task_search
 from .model import WRITERS_NOW_MAX, ModelConfig, _j, bad_arguments
 
@@ -521,8 +521,7 @@ class Checker:
 
 def _injected(o: Op) -> bool:
     """The op ended early because of ferry itself (a fault, the budget), not the store."""
-    note = o.note or ""
-    return "injected fault" in note or "budget" in note or "frozen" in note or "SIGKILL" in note
+    return CUT_SHORT in o.extra
 
 
 def _concurrent(a: Op, b: Op) -> bool:

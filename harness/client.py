@@ -29,7 +29,7 @@ import multiprocess as mp
 
 from . import schedule
 from .clock import SharedClock
-from .history import INFO, History, Op
+from .history import CUT_SHORT, INFO, History, Op
 from .ops import capabilities, execute
 from .target import load_factory
 
@@ -269,7 +269,9 @@ class WorkerPool:
         paused = self.paused_workers()
         if by_deadline:
             op.note = f"stopped at the campaign's budget after {waited:.1f}s; worker killed"
+            op.extra[CUT_SHORT] = "budget"
         elif paused:
+            op.extra[CUT_SHORT] = "frozen worker"
             op.note = (f"no answer within {waited:.1f}s while worker(s) {paused} were frozen "
                        "(SIGSTOP) and may hold the lock; worker killed")
         else:
@@ -512,6 +514,7 @@ class WorkerPool:
                     w.proc.join(0.5)
                     if w.doomed:
                         op.note = "worker died: killed by an injected fault during the operation"
+                        op.extra[CUT_SHORT] = "fault"
                     else:
                         op.note = f"worker died during the operation (exit code {w.proc.exitcode})"
                         op.extra["died"] = w.proc.exitcode
@@ -551,6 +554,7 @@ class WorkerPool:
             op.invoke_ns, op.complete_ns, op.now = t0, t1, now
         else:
             op.note = f"worker killed (SIGKILL) {delay_s * 1000:.2f} ms into the operation"
+            op.extra[CUT_SHORT] = "fault"
             op.complete_ns = time.monotonic_ns()
         self.replace(call.slot)
         return op

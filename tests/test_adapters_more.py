@@ -13,22 +13,10 @@ import json
 import pytest
 
 from harness.campaign import Campaign, CampaignConfig, Runner, write_report
+from tests.steps import D, claim, holder, poll
 
 LIBRARY = {"huey": "huey", "simplebroker": "simplebroker"}
 
-D = {"kind": "dispatch", "target": None, "qttl": 10_000, "ettl": 50, "attempts": 1, "deps": []}
-
-
-def poll(*agents: str) -> dict:
-    return {"kind": "race_poll", "agents": list(agents)}
-
-
-def claim(*agents: str) -> dict:
-    return {"kind": "race_claim", "task": 0, "agents": list(agents)}
-
-
-def holder(op: str, claim: int = 0, who: str = "holder", race: int = 1) -> dict:
-    return {"kind": "holder", "claim": claim, "op": op, "who": who, "race": race}
 
 
 SEQUENCES = {
