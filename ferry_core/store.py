@@ -124,7 +124,7 @@ class LeaseStore:
     Construct one per process (or thread); every instance opens its own connection.
     """
 
-    #: Stricter than PROTOCOL.md#freedoms-a-correct-store-may-take requires, so ferry holds this store to both (harness.ops).
+    #: Stricter than PROTOCOL.md#freedoms-a-correct-store-may-take requires, so ferry holds this store to both (harness.check.ops).
     ferry_declares = frozenset({"holder-binding", "refusal-order"})
 
     def __init__(

@@ -6,8 +6,8 @@ late results), written against the harness: it acts through the worker pool (so
 everything lands in a History) and lets the harness Checker judge, under the invariant ids
 of PROTOCOL.md#invariants. Run them with ``ferry-harness scenarios``, or::
 
-    from harness.client import WorkerPool
-    from harness.clock import SharedClock
+    from harness.runtime.client import WorkerPool
+    from harness.runtime.clock import SharedClock
     from scenarios import SCENARIOS, ScenarioContext
 
     clock = SharedClock()

@@ -1,10 +1,10 @@
 """What every scenario is made of: a :class:`Session` to act in, and the :class:`Scenario` record.
 
 A scenario is a short script of one race against the store protocol. It acts only through
-the harness: a :class:`Session` *is* a :class:`harness.executor.Executor` (a fresh database,
-the shared clock, the worker pool, one :class:`harness.history.History`), so every call it
-makes runs in a real worker process and is recorded as an :class:`~harness.history.Op`.
-After each call or race the harness :class:`~harness.checker.Checker` looks at what changed;
+the harness: a :class:`Session` *is* a :class:`harness.run.executor.Executor` (a fresh database,
+the shared clock, the worker pool, one :class:`harness.check.history.History`), so every call it
+makes runs in a real worker process and is recorded as an :class:`~harness.check.history.Op`.
+After each call or race the harness :class:`~harness.check.checker.Checker` looks at what changed;
 the first violation ends the scenario (:class:`Stop`). A scenario may state an extra
 expectation with :meth:`Session.expect` only where no checker rule covers it, and must
 name the invariant id (PROTOCOL.md#invariants) that expectation belongs to.
@@ -19,13 +19,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import ops as ops_module
-from harness.checker import INVARIANTS, Checker, Violation
-from harness.client import HarnessError, PlannedCall, WorkerPool
-from harness.clock import SharedClock
-from harness.executor import Executor
-from harness.history import OK, History, Op
-from harness.model import ModelConfig
+from harness.check import ops as ops_module
+from harness.check.checker import INVARIANTS, Checker, Violation
+from harness.check.history import OK, History, Op
+from harness.check.model import ModelConfig
+from harness.errors import HarnessError
+from harness.run.executor import Executor
+from harness.runtime.client import PlannedCall, WorkerPool
+from harness.runtime.clock import SharedClock
 
 MAX_ROUNDS = 20  # a race is repeated at most this often; it stops at the first violation
 QUEUE_TTL_MS = 600_000
@@ -355,7 +356,7 @@ _NOT_FEATURES = frozenset(ops_module.PROTOCOL) | {"dag", "wal-file"}
 def has_capability(capabilities: Iterable[str], name: str) -> bool:
     """Does the target have an operation (``claim``…), ``dag``, ``wal-file``, :data:`TAKE`
     (claim or poll_next), or a protocol feature (``lease``, ``targets``… from
-    ``harness.ops.FEATURES``)?
+    ``harness.check.ops.FEATURES``)?
 
     A feature this harness does not list is assumed present, as the harness assumes a
     store that declares nothing to be a full protocol store (PROTOCOL.md#capability-declarations).
@@ -371,7 +372,7 @@ def has_capability(capabilities: Iterable[str], name: str) -> bool:
         return True
     if name not in features:
         raise ValueError(f"unknown capability {name!r}: not an operation, 'dag', 'wal-file' "
-                         f"or one of harness.ops.FEATURES {sorted(features)}")
+                         f"or one of harness.check.ops.FEATURES {sorted(features)}")
     return False
 
 

@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from harness.campaign import CampaignConfig, Runner
-from harness.checker import Checker
-from harness.history import FAIL
-from harness.model import ModelConfig
+from harness.check.checker import Checker
+from harness.check.history import FAIL
+from harness.check.model import ModelConfig
+from harness.run.campaign import CampaignConfig, Runner
 from tests.histories import DECLARED, SPEC_STORE, T0, TOKEN_A, TOKEN_B, Recorder
 
 

@@ -52,7 +52,7 @@ def test_the_pattern_finds_each_kind_of_reference(tmp_path: Path) -> None:
 
 def test_shipped_files_are_found() -> None:
     files = {str(p.relative_to(ROOT)) for p in shipped_files()}
-    assert {"README.md", "PROTOCOL.md", "pyproject.toml", "harness/cli.py",
+    assert {"README.md", "PROTOCOL.md", "pyproject.toml", "harness/cli/main.py",
             "scenarios/base.py", "ferry_core/store.py"} <= files
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.campaign import Campaign, CampaignConfig
+from harness.run.campaign import Campaign, CampaignConfig
 from tests.matrix import CORRECT
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.new_target import render
+from harness.cli.main import main
+from harness.tools.new_target import render
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -17,7 +17,7 @@ import pytest
 
 from ferry_core import LeaseStore, ManualClock
 from ferry_core.busy import POLICIES
-from harness.bench import _bulk_dispatch_lease_store
+from harness.tools.bench import _bulk_dispatch_lease_store
 
 ROWS = 200_000
 

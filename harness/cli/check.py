@@ -1,0 +1,177 @@
+"""``ferry-harness check HISTORY.jsonl``: judge a recorded history offline.
+
+The history may come from a fuzz or crash report directory (``history.jsonl``) or from a
+user's own integration test (:mod:`harness.tools.recorder`). It is checked with the same
+invariants as ``fuzz`` (the same :class:`harness.check.checker.Checker`), and with
+``--report-dir`` a report is written in the format of ``fuzz`` (report.json, report.md,
+history.jsonl, timeline.html), as Knossos and Elle do for Jepsen histories.
+
+Exit codes: 0 no violation, 1 violation found, 2 usage or harness error, 3 undecided (the
+search budget ran out on some object and nothing else was found).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from harness.check.history import History
+
+TIMELINE_MAX_OPS = 20_000  # a bigger timeline is too heavy for a browser: skipped
+
+
+def full_capabilities() -> frozenset[str]:
+    """What a full protocol store has (the default when nothing says otherwise)."""
+    from harness.check.ops import FEATURES, PROTOCOL
+
+    return frozenset(set(PROTOCOL) | set(FEATURES) | {"dag"})
+
+
+def check_history(history: History, capabilities: Iterable[str] | None = None, *,
+                  wal_bound_bytes: int = 64 << 20,
+                  search_budget: int = 200_000) -> tuple[list[Any], list[str]]:
+    """Every violation in ``history`` and what stayed undecided, for a target with
+    ``capabilities`` (operations, features, declared choices; default a full store)."""
+    from harness.check.checker import Checker
+    from harness.check.model import ModelConfig
+
+    caps = set(full_capabilities() if capabilities is None else capabilities)
+    checker = Checker(ModelConfig().for_capabilities(caps), wal_bound_bytes=wal_bound_bytes,
+                      search_budget=search_budget)
+    found = checker.check(history)
+    return found, list(checker.unknown)
+
+
+def _capabilities_for(path: Path, option: str | None) -> tuple[set[str], str]:
+    """``--target-caps``, else the capabilities the report next to the history recorded."""
+    if option:
+        caps = {c.strip() for c in option.split(",") if c.strip()}
+        if "full" in caps:
+            caps = (caps - {"full"}) | set(full_capabilities())
+        return caps, "--target-caps"
+    report = path.parent / "report.json"
+    try:
+        data = json.loads(report.read_text())
+    except (OSError, ValueError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("capabilities"), list):
+        return set(data["capabilities"]), str(report)
+    return set(full_capabilities()), "default (a full protocol store)"
+
+
+def build_report(history: History, path: Path, caps: set[str], caps_from: str,
+                 violations: list[Any], unknown: list[str], seconds: float) -> dict[str, Any]:
+    """The report as ``fuzz`` writes it, for an offline check."""
+    from harness.check.checker import invariant_status, refusals
+    from harness.runtime.provenance import provenance
+
+    ops = history.ops
+    by_index = {o.index: o for o in ops}
+    entries = []
+    for v in violations:
+        involved = set(v.ops) | set(v.detail.get("partition_ops", []))
+        entry = v.to_dict()
+        entry["history"] = [by_index[i].to_dict() for i in sorted(involved) if i in by_index]
+        entries.append(entry)
+    verdict = "fail" if violations else ("unknown" if unknown else "pass")
+    return {
+        "verdict": verdict,
+        "ferry": provenance(),
+        "target": f"recorded history {path}",
+        "mode": "check",
+        "capabilities": sorted(caps),
+        "capabilities_from": caps_from,
+        "invariants": invariant_status(caps),
+        "violations": entries,
+        "stats": {"ops": len(ops), "seconds": round(seconds, 3),
+                  "ops_per_s": round(len(ops) / seconds, 1) if seconds else None,
+                  "refusals": refusals(history)},
+        "unknown": unknown,
+        "findings": [],
+        "replay": f"ferry-harness check {path}",
+    }
+
+
+def write_check_report(report: dict[str, Any], history: History, report_dir: Path) -> Path:
+    """report.json, history.jsonl, report.md and (for histories a browser can hold)
+    timeline.html, like ``harness.run.campaign.write_report``."""
+    from harness.report.markdown import render_markdown
+    from harness.report.timeline import render_timeline
+
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    history.write_jsonl(report_dir / "history.jsonl")
+    (report_dir / "report.md").write_text(render_markdown(report))
+    if len(history) <= TIMELINE_MAX_OPS:
+        (report_dir / "timeline.html").write_text(render_timeline(list(history), report=report))
+    return report_dir
+
+
+def register(sub: Any) -> dict[str, Any]:
+    p = sub.add_parser(
+        "check", help="check a recorded history (history.jsonl) offline",
+        description="Check a recorded history — a fuzz or crash report's history.jsonl, or "
+        "one written by harness.tools.recorder from your own integration test — against every "
+        "invariant (PROTOCOL.md#invariants), as fuzz does after each step.",
+        epilog="Exit codes: 0 no violation, 1 violation found, 2 usage or harness error, "
+        "3 undecided (search budget exhausted).")
+    p.add_argument("history", metavar="HISTORY.jsonl", help="the history to check")
+    p.add_argument("--target-caps", default=None, metavar="CAPS",
+                   help="comma-separated capabilities of the target that produced it "
+                   "(operations, features such as lease,queue-ttl,results,limits,"
+                   "typed-refusals,dag, declared choices such as holder-binding, "
+                   "refusal-order, lease-closed; 'full' for a full protocol store). Default: "
+                   "the capabilities in the report.json next to the history, else 'full'")
+    p.add_argument("--report-dir", default=None, metavar="DIR",
+                   help="write report.json, report.md, history.jsonl and timeline.html here")
+    p.add_argument("--search-budget", type=int, default=200_000, metavar="N",
+                   help="states the linearizability search may explore per object chunk "
+                   "(default 200000)")
+    p.add_argument("--wal-bound", type=int, default=64 << 20, metavar="BYTES",
+                   help="the -wal size bound in bytes (default 64 MiB)")
+    return {"check": cmd_check}
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from harness.errors import ExitCode
+
+    path = Path(args.history)
+    try:
+        history = History.read_jsonl(path)
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"ferry: cannot read the history {path}: {exc}", file=sys.stderr)
+        return ExitCode.ERROR
+    caps, caps_from = _capabilities_for(path, args.target_caps)
+    start = time.perf_counter()
+    try:
+        violations, unknown = check_history(history, caps, wal_bound_bytes=args.wal_bound,
+                                            search_budget=args.search_budget)
+    except ValueError as exc:
+        print(f"ferry: {exc}", file=sys.stderr)
+        return ExitCode.ERROR
+    seconds = time.perf_counter() - start
+    report = build_report(history, path, caps, caps_from, violations, unknown, seconds)
+    if args.report_dir:
+        try:
+            write_check_report(report, history, Path(args.report_dir))
+        except OSError as exc:
+            print(f"ferry: cannot write the report directory {args.report_dir!r}: "
+                  f"{exc.strerror or exc}", file=sys.stderr)
+            return ExitCode.ERROR
+    verdict = report["verdict"].upper()
+    print(f"ferry check: {verdict} — {len(history)} operations checked in {seconds:.2f}s "
+          f"({path})")
+    for v in violations[:10]:
+        print(f"  {v}")
+    for u in unknown[:5]:
+        print(f"  undecided: {u}")
+    if args.report_dir:
+        print(f"  report: {Path(args.report_dir) / 'report.md'}")
+    if violations:
+        return ExitCode.VIOLATION
+    return ExitCode.UNKNOWN if unknown else ExitCode.OK

@@ -1,0 +1,359 @@
+"""``ferry-harness``: fuzz a leasing store, replay a failure, and more.
+
+Exit codes: 0 no violation, 1 violation found (or reproduced), 2 usage or harness error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.cli.args import positive_int
+from harness.errors import EXIT_CODES_HELP, ExitCode, FerryError, TargetError
+from harness.report.paths import check_report_dir
+from harness.runtime.target import add_import_root, add_target_option, load_factory
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {value}")
+    return value
+
+
+def _size(text: str) -> int:
+    """``64MiB``, ``8MB``, ``500000`` -> bytes (binary units either way)."""
+    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
+             "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+    t = text.strip().upper()
+    num = t.rstrip("KMGIB")
+    unit = t[len(num):]
+    try:
+        value = float(num) * units[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 64MiB or 500000)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a size must be positive, got {text!r}")
+    return int(value)
+
+
+def _faults(text: str) -> tuple[str, ...]:
+    from harness.run.nemesis import FAULTS
+
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in FAULTS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown fault {bad[0]!r}; choose from {','.join(FAULTS)}")
+    return kinds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ferry-harness",
+        description="Concurrency verification and fuzzing for SQLite-WAL leasing stores. "
+        "Races real worker processes on one WAL file and checks the invariants of "
+        "PROTOCOL.md#invariants.",
+        epilog=EXIT_CODES_HELP,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    fuzz = sub.add_parser("fuzz", help="run a fuzz campaign and write a report",
+                          description="Draw operations with Hypothesis, race them on real "
+                          "worker processes, check every invariant after each step, and on a "
+                          "violation shrink it to a minimal replayable example.",
+                          epilog=EXIT_CODES_HELP)
+    add_target_option(fuzz)
+    fuzz.add_argument("--workers", type=positive_int, default=4, metavar="N",
+                      help="worker processes racing on the database (default 4, at least 2)")
+    group = fuzz.add_mutually_exclusive_group()
+    group.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS",
+                       help="search for this long (default 30 s); the whole run — search, "
+                       "shrink, replays, report — ends within budget × 1.1 + 10 s")
+    group.add_argument("--max-examples", type=positive_int, default=None, metavar="N",
+                       help="stop after N examples instead of a time budget")
+    fuzz.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    fuzz.add_argument("--steps", type=positive_int, default=30, metavar="N",
+                      help="steps per example (default 30)")
+    fuzz.add_argument("--mode", choices=("stress", "schedule"), default="stress",
+                      help="stress: free-running barrier races (default); schedule: workers run "
+                      "one SQL statement at a time in an order Hypothesis draws (PCT), so a "
+                      "failure replays exactly")
+    fuzz.add_argument("--faults", type=_faults, default=(), metavar="KINDS",
+                      help="comma-separated faults to inject: kill,pause,clock (default none)")
+    fuzz.add_argument("--report-dir", default="reports/latest", metavar="DIR",
+                      help="where report.json, report.md, history.jsonl and timeline.html go "
+                      "(default reports/latest)")
+    fuzz.add_argument("--example-db", default=None, metavar="SPEC",
+                      help="Hypothesis example database where failing examples are saved and "
+                      "replayed first next time: none | dir:PATH (or a plain path) | "
+                      "redis://HOST:PORT/N (shared between machines; needs the redis "
+                      "package) | github:OWNER/REPO[/ARTIFACT] (read-only). Default: "
+                      "$FERRY_EXAMPLE_DB, else DIR/examples under the report directory")
+    fuzz.add_argument("--wal-bound", type=_size, default=64 << 20, metavar="SIZE",
+                      help="the -wal may never grow past this (wal-bounded), e.g. 64MiB, "
+                      "8MiB, 500000 (bytes; default 64MiB)")
+    fuzz.add_argument("--op-timeout", type=_positive_float, default=None, metavar="SECONDS",
+                      help="an operation still running after this long is killed and reported "
+                      "as a liveness finding (default: 20 × the slowest operation seen, "
+                      "between 3 and 10 s)")
+    fuzz.add_argument("--quiet", action="store_true", help="no progress display")
+
+    replay = sub.add_parser("replay", help="re-run the minimal failing example of a report",
+                            description="Re-run the minimal failing steps stored in DIR/report.json "
+                            "and say how many tries reproduced the violation.",
+                            epilog="A crash report (crash.json) is replayed by rerunning its "
+                            "campaign until it shows the same invariant. Exit codes: 0 did not "
+                            "reproduce (or nothing to replay), 1 reproduced at least once, 2 usage "
+                            "or harness error (DIR holds neither report.json nor crash.json), "
+                            "130 interrupted.")
+    replay.add_argument("report_dir", metavar="DIR",
+                        help="a report directory written by fuzz, scenarios --report-dir, the "
+                        "pytest gate (ferry-reports/fuzz, ferry-reports/scenario/NAME) or crash "
+                        "--report-dir (holds report.json or crash.json)")
+    replay.add_argument("--tries", type=positive_int, default=10, help="how many runs (default 10)")
+    replay.add_argument("--target", default=None, metavar="MODULE:FACTORY",
+                        help="replay against another target (default: the report's, imported "
+                        "from where the run imported it)")
+    replay.add_argument("--mode", choices=("stress", "schedule"), default=None,
+                        help="schedule: replay the interleaving found in schedule mode for an "
+                        "example that replayed unreliably (default: the report's mode)")
+    return parser
+
+
+def _progress_printer(quiet: bool):
+    """A live rich display on a terminal; a line every few seconds otherwise."""
+    if quiet:
+        return (lambda _s: None), (lambda: None)
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.live import Live
+
+        console = Console(stderr=True)
+        live = Live(console=console, refresh_per_second=4, transient=True)
+        live.start()
+
+        def show(s: dict[str, Any]) -> None:
+            budget = f"/{s['budget']:.0f}s" if s.get("budget") else "s"
+            live.update(f"[bold]{s['phase']}[/] {s['elapsed']:.1f}{budget}  examples {s['examples']}  "
+                        f"race rounds {s['race_rounds']}  ops {s['ops']}  "
+                        f"violations [{'red' if s['violations'] else 'green'}]{s['violations']}[/]")
+        return show, live.stop
+    last = [0.0]
+
+    def line(s: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 5 or s["phase"] != "fuzzing":
+            last[0] = now
+            print(f"ferry: {s['phase']} {s['elapsed']:.0f}s examples={s['examples']} "
+                  f"race_rounds={s['race_rounds']} violations={s['violations']}", file=sys.stderr)
+    return line, (lambda: None)
+
+
+def _example_db(option: str | None, report_dir: str) -> Any:
+    """The example database a ``--example-db`` spec names (harness/run/example_db.py)."""
+    from harness.run.example_db import ENV_VAR, open_example_db
+
+    return open_example_db(option or os.environ.get(ENV_VAR), os.path.join(report_dir, "examples"))
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from harness.run.campaign import Campaign, CampaignConfig, write_report
+
+    load_factory(args.target)
+    check_report_dir(args.report_dir)
+    budget = args.budget if args.budget is not None else (None if args.max_examples else 30.0)
+    cfg = CampaignConfig(target=args.target, workers=args.workers, budget_s=budget,
+                         max_examples=args.max_examples, seed=args.seed,
+                         report_dir=args.report_dir, steps_per_example=args.steps,
+                         faults=args.faults, mode=args.mode, op_timeout_s=args.op_timeout,
+                         wal_bound_bytes=args.wal_bound,
+                         database=_example_db(args.example_db, args.report_dir))
+    show, stop = _progress_printer(args.quiet)
+    campaign = Campaign(cfg, progress=show)
+    try:
+        with _first_ctrl_c_stops(campaign):
+            outcome = campaign.run()
+    finally:
+        stop()
+    d = write_report(outcome)
+    rep = outcome.report
+    st = rep["stats"]
+    if rep.get("example_database", {}).get("failure_from_database"):
+        print("ferry: a failure saved by an earlier run still fails (replayed from the example "
+              "database first)")
+    print(f"ferry: {rep['verdict'].upper()} — {st['examples']} examples, {st['race_rounds']} race "
+          f"rounds, {st['ops']} operations in {st['seconds']:.1f}s against {cfg.target}")
+    for v in rep["violations"]:
+        print(f"  [{v['invariant']}] {v['message']} (see PROTOCOL.md#{v['invariant']})")
+        sched = f", schedule {v['schedule']}" if v.get("schedule") else ""
+        cut = " (stopped at budget)" if v.get("replays_stopped_at_budget") else ""
+        print(f"    minimal example: {len(v['steps'])} steps{sched}, reproduced "
+              f"{v.get('reproduced', '?')}{cut}")
+        det = v.get("schedule_mode")
+        if det and det.get("found"):
+            print(f"    in schedule mode: schedule {det['schedule']}, reproduced "
+                  f"{det['reproduced']} (replay with --mode schedule)")
+        elif det:
+            print(f"    no deterministic schedule found ({det.get('why')}, "
+                  f"{det.get('tried')} interleavings tried)")
+    skipped = [k for k, s in rep["invariants"].items() if not s.startswith("checked")]
+    if skipped:
+        print(f"  skipped: {', '.join(skipped)} (see report)")
+    print(f"  report: {d}/report.md  timeline: {d}/timeline.html")
+    if rep["violations"]:
+        print(f"  replay: ferry-harness replay {d}")
+    if campaign.stopping:
+        print("ferry-harness: interrupted; the report covers what ran; all workers stopped",
+              file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    if rep["verdict"] == "unknown":
+        print("ferry: UNKNOWN is not a pass: " + ("; ".join(rep.get("unknown", [])[:3])
+                                                  or "no example completed within the budget"))
+        return ExitCode.UNKNOWN
+    return ExitCode.VIOLATION if rep["verdict"] == "fail" else ExitCode.OK
+
+
+@contextlib.contextmanager
+def _first_ctrl_c_stops(campaign: Any) -> Any:
+    """The first Ctrl-C ends the campaign cleanly (report written, exit 130); the second
+    interrupts at once. Never lets KeyboardInterrupt land inside Hypothesis."""
+    def handler(signum: int, frame: Any) -> None:
+        if campaign.stopping:
+            raise KeyboardInterrupt
+        campaign.request_stop()
+
+    def on_term(signum: int, frame: Any) -> None:  # CI runners send SIGTERM before SIGKILL
+        campaign.request_stop()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    previous_term = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from harness.check.checker import Violation
+    from harness.check.history import History
+    from harness.run.campaign import CampaignConfig, Failure, Runner, replay_count
+
+    path = Path(args.report_dir) / "report.json"
+    if not path.exists() and (Path(args.report_dir) / "crash.json").exists():
+        from harness.tools.crash import (
+            replay_crash,  # a crash campaign: rerun it (see harness/tools/crash.py)
+        )
+
+        return replay_crash(args.report_dir, args.target, args.tries)
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise TargetError(f"cannot read {path}: {exc}") from None
+    if not report.get("violations"):
+        print(f"ferry: {path} records no violation; nothing to replay")
+        return ExitCode.OK
+    v = report["violations"][0]
+    target = args.target or report["target"]
+    if not args.target:  # the report says where its target was imported from
+        add_import_root(report.get("target_path"))
+    if report.get("scenario"):
+        return _replay_scenario(report, target, args.tries)
+    load_factory(target)
+    mode, steps = report.get("mode", "stress"), v["steps"]
+    if args.mode == "schedule":
+        det = v.get("schedule_mode") or {}
+        if det.get("found"):  # the interleaving found for an unreliable stress example
+            steps = det["steps"]
+        mode = "schedule"
+    cfg = CampaignConfig(target=target, workers=report.get("workers", 4),
+                         faults=tuple(report.get("faults", ())), mode=mode)
+    failure = Failure(steps, History(), [Violation(v["invariant"], v["message"])])
+    with Runner(cfg) as runner:
+        (hits, tries), _last = replay_count(runner, failure, args.tries)
+    sched = f" (schedule {v['schedule']})" if v.get("schedule") else ""
+    print(f"ferry: replayed {len(v['steps'])} steps{sched} against {target}: [{v['invariant']}] "
+          f"reproduced {hits}/{tries}")
+    return ExitCode.VIOLATION if hits else ExitCode.OK
+
+
+# Further subcommands live in their own modules, each with
+# ``register(subparsers) -> handler`` where ``handler(args) -> int`` (exit code).
+PLUGIN_COMMANDS = ("harness.tools.bench", "harness.cli.scenario", "harness.cli.crash", "harness.tools.new_target",
+                   "harness.cli.check")
+
+
+def _load_plugins(sub: Any) -> dict[str, Any]:
+    import importlib
+
+    handlers: dict[str, Any] = {}
+    for name in PLUGIN_COMMANDS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue  # not built yet
+            raise
+        handlers.update(module.register(sub))
+    return handlers
+
+
+def _replay_scenario(report: dict[str, Any], target: str, tries: int) -> int:
+    """A scenario report replays by running the scenario again, ``tries`` times."""
+    from harness.cli.scenario import run_scenarios
+    from scenarios import SCENARIOS
+
+    name = report["scenario"]["name"]
+    if name not in SCENARIOS:
+        raise TargetError(f"the report names scenario {name!r}, which this ferry does not have")
+    load_factory(target)
+    hits = 0
+    for _ in range(tries):
+        results, _secs = run_scenarios([SCENARIOS[name]], target, report.get("workers", 4))
+        hits += any(not r.passed and r.invariant == report["violations"][0]["invariant"]
+                    for r in results)
+    print(f"ferry: replayed scenario {name} against {target}: "
+          f"[{report['violations'][0]['invariant']}] reproduced {hits}/{tries}")
+    return ExitCode.VIOLATION if hits else ExitCode.OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    handlers: dict[str, Any] = {"fuzz": cmd_fuzz, "replay": cmd_replay}
+    handlers.update(_load_plugins(sub))
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return ExitCode.ERROR
+
+    try:
+        return handlers[args.command](args)
+    except FerryError as exc:
+        print(f"ferry-harness: error: {exc}", file=sys.stderr)
+        return ExitCode.ERROR
+    except KeyboardInterrupt:
+        print("ferry-harness: interrupted; all workers stopped", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        return ExitCode.ERROR
+    except Exception as exc:
+        if os.environ.get("FERRY_DEBUG"):
+            raise
+        print(f"ferry-harness: internal error: {type(exc).__name__}: {exc} "
+              "(set FERRY_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        return ExitCode.ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

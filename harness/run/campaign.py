@@ -1,0 +1,726 @@
+"""A fuzz campaign: generate with Hypothesis, shrink and replay ourselves, write the report.
+
+Real races do not repeat on demand, so Hypothesis only *generates* here (phase
+``generate``): it never shrinks, so it can never raise ``Flaky``. Failing executions are
+kept as plain step lists; our shrinker removes steps while the failure still shows up in
+*any* of a few tries, and the final minimal example is replayed N times to say how often it
+reproduces ("reproduced 7/10"). The discovering execution's history is always kept.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis.errors import Flaky
+from hypothesis.stateful import get_state_machine_test
+
+from harness.check.checker import Checker, Violation, invariant_status
+from harness.check.history import FAIL, OK, History
+from harness.check.model import ModelConfig
+from harness.run.executor import Executor, Stats
+from harness.run.generator import RACES, ViolationFound, machine_for
+from harness.runtime.client import WorkerPool
+from harness.runtime.clock import SharedClock
+from harness.runtime.provenance import provenance
+from harness.runtime.schedule import compact
+from harness.runtime.target import import_root
+
+REPLAY_TRIES = 10
+SHRINK_TRIES = 3
+RELIABLE_HITS = 8  # of REPLAY_TRIES: below this a stress example is re-run in schedule mode
+SCHEDULE_SEEDS = 20  # PCT interleavings tried for a deterministic replay
+SHRINK_SHARE = 0.6  # of the time left after the search; the replays get the rest
+REPORT_RESERVE_S = 2.0  # kept back from the time limit for the report and the pool's exit
+
+
+@dataclass
+class CampaignConfig:
+    target: str = "ferry_core:LeaseStore"
+    workers: int = 4
+    budget_s: float | None = 30.0
+    max_examples: int | None = None
+    seed: int = 0
+    report_dir: str = "reports/latest"
+    steps_per_example: int = 30
+    faults: tuple[str, ...] = ()
+    wal_bound_bytes: int = 64 << 20
+    shrink_budget_s: float = 30.0
+    batch: int = 5
+    mode: str = "stress"
+    # A Hypothesis ExampleDatabase (any: directory, Redis, GitHub artifacts...). Failing
+    # step lists are saved there, and the next campaign replays them before generating.
+    database: Any = None
+    # seconds an op may run before it is a liveness finding; None: adaptive (client.py)
+    op_timeout_s: float | None = None
+
+    def time_limit_s(self) -> float | None:
+        """The promise: the whole campaign (search, shrink, replays, report) ends by then."""
+        return None if self.budget_s is None else self.budget_s * 1.1 + 10.0
+
+
+@dataclass
+class Failure:
+    """One failing execution, as plain data."""
+
+    steps: list[dict[str, Any]]
+    history: History
+    violations: list[Violation]
+
+    @property
+    def invariant(self) -> str:
+        return self.violations[0].invariant
+
+
+@dataclass
+class Outcome:
+    verdict: str
+    report: dict[str, Any]
+    report_dir: Path
+    failure: Failure | None = None
+    reproduced: tuple[int, int] | None = None
+    stats: Stats = field(default_factory=Stats)
+    history: History = field(default_factory=History)
+
+
+class Runner:
+    """Owns the pool and the database directory; runs examples and step lists."""
+
+    def __init__(self, cfg: CampaignConfig) -> None:
+        self.cfg = cfg
+        self.clock = SharedClock()
+        self.pool = WorkerPool(cfg.target, self.clock, cfg.workers,
+                               op_timeout_s=cfg.op_timeout_s, scheduled=cfg.mode == "schedule")
+        self.tmp = tempfile.mkdtemp(prefix="ferry-")
+        self.stats = Stats()
+        self.checker = Checker(ModelConfig(), wal_bound_bytes=cfg.wal_bound_bytes)
+        self.nemesis = None
+        if cfg.faults:
+            from harness.run.nemesis import Nemesis
+
+            self.nemesis = Nemesis(cfg.faults, self.stats)
+        self.pool_start_s = 0.0
+        self.stopping = False
+        self.phase = "search"  # "shrink" / "replay": what the next runs are counted as
+        self.runs = 0
+
+    def __enter__(self) -> Runner:
+        t = time.perf_counter()
+        self.pool.start()
+        self.pool_start_s = time.perf_counter() - t
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def executor(self) -> Executor:
+        """A fresh example, counted under the phase that runs it."""
+        self.runs += 1
+        if self.phase == "shrink":
+            self.stats.shrink_runs += 1
+        elif self.phase == "replay":
+            self.stats.replay_runs += 1
+        else:
+            self.stats.examples += 1
+        return Executor(self.pool, self.clock, os.path.join(self.tmp, "ferry.db"),
+                        checker=self.checker, stats=self.stats, example=self.runs,
+                        nemesis=self.nemesis, mode=self.cfg.mode)
+
+    def run_steps(self, steps: list[dict[str, Any]]) -> tuple[list[Violation], Executor]:
+        """Run a step list on a fresh database; stop at the first violating step."""
+        ex = self.executor()
+        for step in steps:
+            if self.out_of_time():
+                return [], ex  # the budget ran out mid-run: nothing shown
+            if step.get("kind") == "audit":
+                continue
+            found = ex.run_step(copy.deepcopy(step))
+            if found:
+                return found, ex
+        return ex.finish(), ex
+
+    def out_of_time(self) -> bool:
+        """Past the campaign's hard deadline (or stopping): no more runs start."""
+        d = self.pool.deadline
+        return self.stopping or (d is not None and time.monotonic() >= d)
+
+
+class Campaign:
+    """``ferry-harness fuzz``: the main job."""
+
+    def __init__(self, cfg: CampaignConfig, progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.cfg = cfg
+        self.progress = progress or (lambda _s: None)
+        self.failures: list[Failure] = []
+        self.passes: list[History] = []
+        self.capabilities: set[str] = set()
+        self.workers = cfg.workers
+        self.faults = cfg.faults
+        self.mode = cfg.mode
+        self.first_example_s: float | None = None
+        self.replayed_saved = 0
+        self.from_database = False
+        self.stopping = False
+        # campaign-wide: ops by name, refusals by class, steps by kind (boundaries, races…)
+        self.coverage: dict[str, dict[str, int]] = {"ops": {}, "refusals": {}, "steps": {}}
+        self.evaluated: dict[str, int] = {}  # invariant -> times a check of it judged an op
+        self.search_end: float | None = None  # time.monotonic() when generating stops
+        self.hard_end: float | None = None  # ... and when every run must have ended
+        self.passes_seen: list[int] = []
+        self._example_started = 0.0
+        self.example_times: list[float] = []
+
+    # ---------------------------------------------------------------- Context protocol
+    def new_executor(self) -> Executor:
+        self._example_started = time.perf_counter()
+        ex = self.runner.executor()
+        self.capabilities |= ex.capabilities
+        return ex
+
+    def _tally(self, ex: Executor) -> None:
+        """Add one searched example to the campaign-wide coverage (what the report shows
+        for a passing run: every example, not only the last one)."""
+        for inv, n in evaluations(ex).items():
+            self.evaluated[inv] = self.evaluated.get(inv, 0) + n
+        for o in ex.history:
+            self.coverage["ops"][o.op] = self.coverage["ops"].get(o.op, 0) + 1
+            if o.type == FAIL:
+                key = o.error or "?"
+                self.coverage["refusals"][key] = self.coverage["refusals"].get(key, 0) + 1
+        for st in ex.steps:
+            kind = st.get("kind", "?")
+            if kind == "clock" and "offset" in st:
+                kind = f"lease boundary {st['offset']:+d}"
+            elif kind == "lock_race" and st.get("offset") is not None:
+                kind = f"lock boundary {st['offset']:+d}"
+            elif kind == "holder" and st.get("race", 1) > 1:
+                kind = "holder race"
+            elif kind == "hostile":
+                kind = f"hostile {st.get('case')}"
+            self.coverage["steps"][kind] = self.coverage["steps"].get(kind, 0) + 1
+
+    def _example_done(self) -> None:
+        dt = time.perf_counter() - self._example_started
+        if self.first_example_s is None:
+            self.first_example_s = dt
+        else:
+            self.example_times.append(dt)
+        self.progress(self.snapshot())
+
+    def record_failure(self, ex: Executor, violations: list[Violation]) -> None:
+        if not self.failures:
+            self.detect_s = time.perf_counter() - self.t0
+        self.failures.append(Failure(list(ex.steps), ex.history, violations))
+        self._tally(ex)
+        self._example_done()
+
+    def record_pass(self, ex: Executor) -> None:
+        self.passes = (self.passes + [ex.history])[-20:]
+        if not self.failures:
+            self.passes_seen.append(ex.example)
+        self._tally(ex)
+        self._example_done()
+
+    def snapshot(self) -> dict[str, Any]:
+        s = self.runner.stats
+        return {"examples": s.examples, "race_rounds": s.race_rounds, "ops": s.ops,
+                "violations": len(self.failures), "elapsed": time.perf_counter() - self.t0,
+                "budget": self.cfg.budget_s, "phase": self.phase}
+
+    # ---------------------------------------------------------------- main
+    def run(self) -> Outcome:
+        self.t0 = time.perf_counter()
+        mono0 = time.monotonic()
+        limit = self.cfg.time_limit_s()
+        # the hard end leaves REPORT_RESERVE_S for the report and stopping the workers
+        self.hard_end = None if limit is None else mono0 + limit - REPORT_RESERVE_S
+        self.search_end = None if self.cfg.budget_s is None else mono0 + self.cfg.budget_s
+        self.phase = "fuzzing"
+        with Runner(self.cfg) as runner:
+            self.runner = runner
+            runner.pool.deadline = self.hard_end
+            self._replay_saved()
+            if not self.failures:
+                self._generate()
+            failure, reproduced = None, None
+            if self.failures:
+                self.phase = "shrinking"
+                runner.phase = "shrink"
+                self.progress(self.snapshot())
+                failure = self._shrink(self._smallest())
+                self.phase = "replaying"
+                runner.phase = "replay"
+                self.progress(self.snapshot())
+                reproduced, replayed = replay_count(runner, failure, REPLAY_TRIES)
+                if replayed is not None:  # the minimal steps, with a history that shows them
+                    failure = Failure(failure.steps, replayed.history, replayed.violations)
+                self._save(failure)
+        self.deterministic = None
+        if (failure is not None and self.cfg.mode == "stress" and reproduced is not None
+                and reproduced[0] < RELIABLE_HITS and not self.stopping):
+            self.phase = "finding a schedule"
+            self.progress(self.snapshot())
+            self.deterministic = self._find_schedule(failure)
+        seconds = time.perf_counter() - self.t0
+        return self._outcome(failure, reproduced, seconds)
+
+    def _find_schedule(self, failure: Failure) -> dict[str, Any] | None:
+        """A stress-mode example that replays unreliably is run again in schedule mode,
+        one SQL statement at a time in PCT orders, until an interleaving shows the same
+        invariant; that interleaving replays exactly. Bounded by the campaign's end."""
+        cfg = replace(self.cfg, mode="schedule")
+        with Runner(cfg) as runner:
+            runner.pool.deadline = self.hard_end
+            runner.phase = "replay"
+            for seed in range(SCHEDULE_SEEDS):
+                if runner.out_of_time():
+                    return {"found": False, "tried": seed, "why": "stopped at budget"}
+                steps = [dict(st, pct=seed * 7919 + i) if st.get("kind") in RACES else st
+                         for i, st in enumerate(copy.deepcopy(failure.steps))]
+                found, ex = runner.run_steps(steps)
+                if any(v.invariant == failure.invariant for v in found):
+                    got = Failure(list(ex.steps), ex.history, found)
+                    (hits, tries), _ = replay_count(runner, got, REPLAY_TRIES)
+                    sched = [compact(r) for st in got.steps for r in st.get("schedules", []) if r]
+                    return {"found": True, "steps": got.steps, "schedule": " | ".join(sched),
+                            "reproduced": f"{hits}/{tries}", "tried": seed + 1,
+                            "replay": "ferry-harness replay DIR --mode schedule"}
+            return {"found": False, "tried": SCHEDULE_SEEDS,
+                    "why": "no PCT interleaving of these steps showed it"}
+
+    def halted(self) -> bool:
+        """Stop generating: Ctrl-C / SIGTERM, or the search budget is spent."""
+        return self.stopping or (self.search_end is not None
+                                 and time.monotonic() >= self.search_end)
+
+    # ---------------------------------------------------------------- example database
+    @property
+    def _db_key(self) -> bytes:
+        return f"ferry:{self.cfg.target}:{self.cfg.mode}".encode()
+
+    def _replay_saved(self) -> None:
+        """Replay failures saved by earlier runs first (as Hypothesis does); drop the ones
+        that no longer fail."""
+        db = self.cfg.database
+        if db is None:
+            return
+        self.replayed_saved = 0
+        for blob in sorted(db.fetch(self._db_key), key=len):
+            try:
+                steps = json.loads(blob.decode())["steps"]
+            except (ValueError, KeyError, UnicodeDecodeError):
+                db.delete(self._db_key, blob)
+                continue
+            self.replayed_saved += 1
+            for _ in range(SHRINK_TRIES):
+                found, ex = self.runner.run_steps(steps)
+                if found:
+                    self.failures.append(Failure(list(ex.steps), ex.history, found))
+                    self.from_database = True
+                    return
+            db.delete(self._db_key, blob)
+
+    def _save(self, failure: Failure) -> None:
+        if self.cfg.database is not None:
+            blob = json.dumps({"steps": failure.steps, "invariant": failure.invariant},
+                              sort_keys=True).encode()
+            self.cfg.database.save(self._db_key, blob)
+
+    def request_stop(self) -> None:
+        """Ctrl-C: finish the current example, skip shrinking, write what we have."""
+        self.stopping = True
+        runner = getattr(self, "runner", None)
+        if runner is not None:
+            runner.stopping = True
+
+    def _budget_left(self) -> bool:
+        if self.stopping:
+            return False
+        if self.cfg.budget_s is not None and time.perf_counter() - self.t0 >= self.cfg.budget_s:
+            return False
+        if self.cfg.max_examples is not None and self.runner.stats.examples >= self.cfg.max_examples:
+            return False
+        return True
+
+    def _generate(self) -> None:
+        machine = machine_for(self)
+        batch = 0
+        while self._budget_left() and not self.failures:
+            n = self.cfg.batch
+            if self.cfg.max_examples is not None:
+                n = min(n, self.cfg.max_examples - self.runner.stats.examples)
+            test = get_state_machine_test(machine, settings=settings(
+                max_examples=max(1, n), stateful_step_count=self.cfg.steps_per_example,
+                deadline=None, database=None, phases=[Phase.generate],
+                suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False))
+            test = seed(self.cfg.seed * 1_000_003 + batch)(test)
+            batch += 1
+            try:
+                test()
+            except ViolationFound:
+                pass  # recorded by record_failure
+            except Flaky:
+                # Hypothesis replays a failing example once; a race need not repeat. We kept
+                # the discovering execution, so this is expected, never shown to users.
+                if not self.failures:
+                    raise
+
+    def _smallest(self) -> Failure:
+        return min(self.failures, key=lambda f: len(f.steps))
+
+    def _shrink(self, failure: Failure) -> Failure:
+        """Shrinking gets ``shrink_budget_s``, and at most SHRINK_SHARE of the time left
+        before the hard end (the rest is for the replays)."""
+        deadline = time.perf_counter() + self.cfg.shrink_budget_s
+        if self.hard_end is not None:
+            left = self.hard_end - time.monotonic()
+            deadline = min(deadline, time.perf_counter() + SHRINK_SHARE * max(0.0, left))
+        return shrink(self.runner, failure, deadline=deadline)
+
+    # ---------------------------------------------------------------- report
+    def _outcome(self, failure: Failure | None, reproduced: tuple[int, int] | None,
+                 seconds: float) -> Outcome:
+        stats = self.runner.stats
+        invariants = with_evaluations(invariant_status(self.capabilities, self.runner.pool.skips),
+                                      self.evaluated)
+        # a pass needs at least one example that ran to its closing audit
+        verdict = "fail" if failure else ("pass" if self.passes else "unknown")
+        if verdict == "pass" and self.runner.checker.unknown:
+            verdict = "unknown"
+        history = failure.history if failure else (self.passes[-1] if self.passes else History())
+        steady = sorted(self.example_times)[len(self.example_times) // 2] if self.example_times else None
+        report: dict[str, Any] = {
+            "verdict": verdict,
+            "ferry": provenance(),
+            "target": self.cfg.target,
+            "target_path": import_root(self.cfg.target),
+            "mode": self.cfg.mode,
+            "seed": self.cfg.seed,
+            "workers": self.cfg.workers,
+            "faults": list(self.cfg.faults),
+            "capabilities": sorted(self.capabilities),
+            "invariants": invariants,
+            "violations": [],
+            "stats": {
+                "examples": stats.examples, "shrink_runs": stats.shrink_runs,
+                "replay_runs": stats.replay_runs, "steps": stats.steps, "ops": stats.ops,
+                "race_rounds": stats.race_rounds, "seconds": round(seconds, 3),
+                "race_rounds_per_s": round(stats.race_rounds / seconds, 1) if seconds else 0,
+                "pool_start_s": round(self.runner.pool_start_s, 4),
+                "first_example_s": round(self.first_example_s or 0, 4),
+                "steady_example_s": round(steady, 4) if steady is not None else None,
+                "workers_replaced": self.runner.pool.replaced,
+                "refusals": dict(sorted(self.coverage["refusals"].items())),
+                "coverage": {k: dict(sorted(v.items())) for k, v in self.coverage.items()
+                             if k != "refusals"},
+                "faults": dict(stats.faults),
+                "stalls": [{"op": op, "seconds": sec} for op, sec in stats.stalls],
+            },
+            "budget": {"budget_s": self.cfg.budget_s, "time_limit_s": self.cfg.time_limit_s(),
+                       "stopped_at_limit": bool(self.hard_end is not None
+                                                and time.monotonic() >= self.hard_end)},
+            "unknown": list(self.runner.checker.unknown),
+            "findings": [],
+            "example_database": {"replayed": self.replayed_saved,
+                                 "failure_from_database": self.from_database},
+        }
+        if self.cfg.mode == "schedule" and "schedule-points" not in self.capabilities:
+            report["mode"] = "stress"
+            report["findings"].append(
+                "schedule mode needs the target to use Python's sqlite3 (no schedule points were "
+                "reached: apsw or a bundled SQLite?); fell back to stress mode")
+        for op, sec in stats.stalls[:3]:
+            report["findings"].append(
+                f"{op} ran {sec:.1f}s and kept the other workers waiting (a checkpoint that "
+                "waits for readers, or a long write transaction, stalls every writer: "
+                "checkpoint starvation)")
+        if failure:
+            report["violations"] = [violation_entry(v, failure, reproduced) for v in failure.violations]
+            if getattr(self, "deterministic", None):
+                report["violations"][0]["schedule_mode"] = self.deterministic
+            report["discovery"] = {"steps": len(self._smallest().steps),
+                                   "seconds_to_detect": round(getattr(self, "detect_s", 0.0), 3),
+                                   "examples_until_found": len(self.passes_seen) + 1}
+        return Outcome(verdict, report, Path(self.cfg.report_dir), failure, reproduced, stats, history)
+
+
+HOLDER = frozenset({"fulfill", "fail", "release", "extend", "salvage"})
+READ = frozenset({"get", "inspect", "salvaged"})
+LOCK = frozenset({"acquire_lock", "release_lock", "lock_holder"})
+
+# what "not exercised" means for each invariant: the kind of event that never happened
+NEVER = {
+    "single-winner": "no claim succeeded", "token-unique": "no claim succeeded",
+    "holder-guard": "no holder operation ran", "lease-half-open": "no lease or lock boundary",
+    "lock-exclusive": "no daemon-lock call ran", "dag-order": "no task with dependencies was claimed",
+    "no-lost-task": "no read and no empty poll", "wal-bounded": "no checkpoint without a reader",
+    "idle-no-write": "no idle poll or read was measured", "linearizable": "no object to order",
+    "typed-errors": "no operation ran", "integrity": "no integrity check ran",
+    "liveness": "no operation ran", "refusal-class": "no holder operation was refused",
+    "refusal-order": "no holder operation was refused",
+}
+
+
+def evaluations(ex: Executor) -> dict[str, int]:
+    """How many times each invariant's checks judged something in one example: a report may
+    say ``checked`` only where a check could have failed (``checked (N evaluations)``)."""
+    ops = list(ex.history)
+    deps = {o.value for o in ops if o.op == "dispatch" and o.type == OK
+            and o.args.get("depends_on")}
+    claims = sum(1 for o in ops if o.op in ("claim", "poll_next") and o.type == OK and o.value)
+    holder = [o for o in ops if o.op in HOLDER]
+    boundaries = sum(1 for st in ex.steps if st.get("kind") in ("clock", "lock_race")
+                     and st.get("offset") is not None)
+    boundaries += sum(1 for o in ops if "probe" in o.extra)
+    n = {
+        "single-winner": claims,
+        "token-unique": claims + len(holder) + sum(1 for o in ops if o.op in READ),
+        "holder-guard": len(holder),
+        "lease-half-open": boundaries,
+        "lock-exclusive": sum(1 for o in ops if o.op in LOCK),
+        "dag-order": sum(1 for o in ops if o.op in ("claim", "poll_next") and o.type == OK
+                         and o.value and o.value.get("task_id") in deps),
+        "no-lost-task": sum(1 for o in ops if (o.op in READ and o.type == OK) or (
+            o.op in ("claim", "poll_next") and o.type == OK and o.value is None)),
+        "wal-bounded": sum(1 for o in ops if o.op == "checkpoint" and not o.extra.get("reader")
+                           and "wal_after" in o.extra),
+        "idle-no-write": sum(1 for o in ops if o.extra.get("idle")),
+        "linearizable": len({o.task_id for o in ops if o.task_id} |
+                            {o.args.get("name") for o in ops if o.op in LOCK}),
+        "typed-errors": len(ops),
+        "integrity": sum(1 for o in ops if o.op == "integrity_check"),
+        "liveness": len(ops),
+        "refusal-class": sum(1 for o in holder if o.type == FAIL),
+        "refusal-order": sum(1 for o in holder if o.type == FAIL),
+    }
+    return {k: v for k, v in n.items() if v}
+
+
+def with_evaluations(status: dict[str, str], evaluated: dict[str, int]) -> dict[str, str]:
+    """``checked`` becomes ``checked (N evaluations)`` or ``not exercised (why)``."""
+    out = {}
+    for inv, st in status.items():
+        if st == "checked":
+            n = evaluated.get(inv, 0)
+            st = (f"checked ({n} evaluations)" if n
+                  else f"not exercised ({NEVER.get(inv, 'nothing to judge')} in this run)")
+        out[inv] = st
+    return out
+
+
+def violation_entry(v: Violation, failure: Failure, reproduced: tuple[int, int] | None) -> dict[str, Any]:
+    """A violation as the report stores it: the minimal steps and the ops involved."""
+    involved = set(v.ops) | set(v.detail.get("partition_ops", []))
+    entry = v.to_dict()
+    entry["steps"] = public_steps(failure.steps)
+    entry["history"] = [o.to_dict() for o in failure.history if o.index in involved]
+    schedules = [compact(r) for step in failure.steps for r in step.get("schedules", []) if r]
+    if schedules:
+        entry["schedule"] = " | ".join(schedules)
+        entry["schedule_steps"] = sum(len(r) for st in failure.steps for r in st.get("schedules", []))
+        entry["schedule_trace"] = schedule_trace(failure.history, involved)
+    if reproduced is not None:
+        entry["reproduced"] = f"{reproduced[0]}/{reproduced[1]}"
+        entry["replays_stopped_at_budget"] = reproduced[1] < REPLAY_TRIES
+    return entry
+
+
+def schedule_trace(history: History, involved: set[int]) -> list[dict[str, Any]]:
+    """The SQL statements of the involved scheduled rounds, in the order they ran."""
+    rounds = {o.round for o in history if o.index in involved and o.extra.get("sql")}
+    rows = sorted((o.round, seq, o.process, sql, switch, o.index) for o in history
+                  if o.round in rounds for seq, sql, switch in o.extra.get("sql", []))
+    return [{"worker": w, "sql": sql, "op": i, "switch": sw} for _r, _s, w, sql, sw, i in rows]
+
+
+def _fails_like(runner: Runner, steps: list[dict[str, Any]], invariant: str,
+                tries: int) -> Failure | None:
+    if invariant == "liveness":
+        tries = 1  # a hang costs the whole op timeout per try, and repeats anyway
+    for _ in range(tries):
+        found, ex = runner.run_steps(steps)
+        if any(v.invariant == invariant for v in found):
+            return Failure(list(ex.steps), ex.history, found)
+    return None
+
+
+def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SHRINK_TRIES) -> Failure:
+    """Delta-debug the step list: drop chunks, then single steps, then simplify steps.
+
+    A candidate counts as failing if *any* of ``tries`` runs shows the same invariant,
+    so a flaky race does not stop the shrink (nor does it ever surface as an error).
+    """
+    inv = failure.invariant
+    best = failure
+    steps = [s for s in failure.steps if s.get("kind") != "audit"]
+
+    def more() -> bool:
+        return time.perf_counter() < deadline and not runner.out_of_time()
+
+    def attempt(cand: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Failure] | None:
+        """The candidate with references renumbered, else as it is: the steps that failed
+        (cut after the failing one, with the annotations of that run) and the failure."""
+        if not cand:
+            return None
+        for tried in (renumber(cand), cand):
+            if tried is cand and (tried == renumber(cand) or not more()):
+                break
+            got = _fails_like(runner, tried, inv, tries)
+            if got:
+                ran = [x for x in got.steps if x.get("kind") != "audit"]
+                kept = [{**st, **{k: v for k, v in r.items() if k.startswith("_")}}
+                        for st, r in zip(tried, ran, strict=False)]
+                return kept, got
+        return None
+
+    # steps that did nothing in the failing run (no operation at all) go first, together
+    busy = [s for s in steps if s.get("_ops", 1) > 0]
+    if len(busy) < len(steps) and more():
+        res = attempt(busy)
+        if res:
+            steps, best = res
+    chunk = max(1, len(steps) // 2)
+    while chunk >= 1 and more():
+        i, progressed = 0, False
+        while i < len(steps) and more():
+            res = attempt(steps[:i] + steps[i + chunk:])
+            if res:
+                (steps, best), progressed = res, True
+            else:
+                i += chunk
+        if not progressed:
+            chunk //= 2
+    for i in range(len(steps)):
+        progressed = True
+        while progressed:
+            progressed = False
+            for simpler in _simplifications(steps[i]):
+                if not more():
+                    return Failure(steps, best.history, best.violations)
+                cand = steps[:i] + [simpler] + steps[i + 1:]
+                got = _fails_like(runner, cand, inv, tries)
+                if got:
+                    steps[i], best, progressed = simpler, got, True
+                    break
+    # keep the shrunk steps (an explicit schedule prefix, then the default order), not the
+    # full decision lists the executor recorded while running them
+    return Failure(steps, best.history, best.violations)
+
+
+def renumber(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep references pointing at the same objects after steps were deleted.
+
+    Steps name tasks and claims by position from the newest, so deleting a dispatch shifts
+    every later reference. The executor annotated each step with the absolute positions it
+    referred to (``_refs``) and created (``_first``, ``_made``); this rewrites the
+    references of a shortened list to the positions those objects now have (assuming the
+    surviving steps create the same objects, which the shrinker then checks by running)."""
+    tasks = claims = 0
+    new_task: dict[int, int] = {}
+    new_claim: dict[int, int] = {}
+    out = []
+    for st in steps:
+        st = dict(st)
+        refs = st.get("_refs") or {}
+        old_tasks = [new_task.get(i) for i in refs.get("tasks", [])]
+        old_claims = [new_claim.get(i) for i in refs.get("claims", [])]
+        if st.get("kind") == "dispatch" and old_tasks and st.get("deps"):
+            st["deps"] = [tasks - 1 - n if n is not None else d
+                          for d, n in zip(st["deps"], old_tasks, strict=False)]
+        elif "task" in st and old_tasks and old_tasks[0] is not None:
+            st["task"] = tasks - 1 - old_tasks[0]
+        if "claim" in st and old_claims and old_claims[0] is not None:
+            st["claim"] = claims - 1 - old_claims[0]
+        first, made = st.get("_first"), st.get("_made")
+        if first and made:
+            for k in range(made[0]):
+                new_task[first[0] + k] = tasks + k
+            for k in range(made[1]):
+                new_claim[first[1] + k] = claims + k
+            tasks, claims = tasks + made[0], claims + made[1]
+        out.append(st)
+    return out
+
+
+def public_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Steps as reports show them: without the executor's ``_`` annotations."""
+    return [{k: v for k, v in st.items() if not k.startswith("_")} for st in steps]
+
+
+def _simplifications(step: dict[str, Any]) -> list[dict[str, Any]]:
+    """Smaller variants of one step, most useful first: fewer racers, no dependencies,
+    then shorter schedules (a decision dropped, or the tail cut and left to the default
+    order "lowest worker runs on")."""
+    out = []
+
+    def two_racers(smaller: dict[str, Any]) -> list[dict[str, Any]]:
+        """With two racers left, a recorded schedule's later workers become worker 1."""
+        variants = [smaller]
+        if smaller.get("schedules"):
+            variants.append({**smaller, "schedules": [[min(p, 1) for p in r]
+                                                      for r in smaller["schedules"]]})
+        return variants
+
+    for key in ("agents", "owners"):
+        if len(step.get(key, [])) > 2:
+            out += two_racers({**step, key: step[key][:2]})
+    if step.get("race", 1) > 2:
+        out += two_racers({**step, "race": 2})
+    if step.get("deps"):
+        out.append({**step, "deps": []})
+    rounds = step.get("schedules")
+    if rounds:
+        base = {k: v for k, v in step.items() if k != "pct"}
+        for r, decisions in enumerate(rounds):
+            variants = [decisions[:cut] for cut in (0, len(decisions) // 2, len(decisions) - 1)]
+            variants += [decisions[:i] + decisions[i + 1:] for i in range(len(decisions))]
+            seen: set[tuple[int, ...]] = set()
+            for v in variants:
+                if len(v) < len(decisions) and tuple(v) not in seen:
+                    seen.add(tuple(v))
+                    out.append({**base, "schedules": rounds[:r] + [v] + rounds[r + 1:]})
+        if "pct" in step:
+            out.append(base)
+    if step.get("race", 1) == 2:
+        out.append({**step, "race": 1})
+    return out
+
+
+def replay_count(runner: Runner, failure: Failure, tries: int) -> tuple[tuple[int, int], Failure | None]:
+    """Run the minimal steps ``tries`` times; how many showed the same invariant."""
+    hits, last = 0, None
+    for done in range(tries):
+        if runner.out_of_time():
+            return (hits, done), last
+        found, ex = runner.run_steps(failure.steps)
+        if any(v.invariant == failure.invariant for v in found):
+            hits += 1
+            last = Failure(list(ex.steps), ex.history, found)
+    return (hits, tries), last
+
+
+def write_report(outcome: Outcome, *, argv_replay: str | None = None) -> Path:
+    """report.json, history.jsonl, report.md and timeline.html in the report directory."""
+    from harness.report.markdown import render_markdown
+    from harness.report.timeline import render_timeline
+
+    d = outcome.report_dir
+    d.mkdir(parents=True, exist_ok=True)
+    report = dict(outcome.report)
+    report["replay"] = argv_replay or f"ferry-harness replay {d}"
+    history = outcome.history
+    (d / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    history.write_jsonl(d / "history.jsonl")
+    (d / "report.md").write_text(render_markdown(report))
+    (d / "timeline.html").write_text(render_timeline(list(history), report=report))
+    return d

@@ -1,0 +1,613 @@
+"""Clients: a pool of persistent worker processes, each driving its own store instance.
+
+Each worker calls the target factory itself (``factory(path, clock=shared_clock)``), so
+every store has its own connection to the one WAL file, as in production. The pool is
+started once per campaign (fork costs milliseconds, spawn hundreds): per example the
+workers only re-open the store on a fresh database file.
+
+Commands go over pipes and results come back as plain data. A *race round* sends one
+call to each of k workers, waits until all k stand at a shared barrier, then releases
+them together. A worker that dies or overruns its timeout is killed and replaced by a
+fresh one with a new id; its operation is recorded as ``info`` (indeterminate).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+import multiprocess as mp
+
+from harness.check.history import CUT_SHORT, INFO, History, Op
+from harness.check.ops import capabilities, execute
+from harness.errors import HarnessError
+from harness.runtime import schedule
+from harness.runtime.clock import SharedClock
+from harness.runtime.target import load_factory
+
+_CTX = mp.get_context("fork")
+# Liveness: an op still running after 20 × the slowest recent op, at least LIVENESS_FLOOR_S
+# and at most LIVENESS_CAP_S (unless --op-timeout fixes it), is a hang.
+LIVENESS_FLOOR_S = 3.0
+LIVENESS_CAP_S = 10.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker if the controller dies, so none outlives it."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, parent: int,
+                 scheduled: bool = False) -> None:
+    _die_with_parent()
+    if os.getppid() != parent:  # the controller died before prctl took effect
+        os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
+    if scheduled:
+        schedule.install(conn)  # before the target opens any connection
+    factory = load_factory(target)
+    store = None
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break
+        kind = msg[0]
+        if kind == "open":
+            if store is not None:
+                _close(store)
+                store = None
+            try:
+                store = factory(msg[1], clock=clock)
+                caps = set(capabilities(store))
+                if scheduled and schedule.connections():
+                    caps.add("schedule-points")
+                conn.send(("opened", sorted(caps), dict(getattr(store, "ferry_skips", None) or {})))
+            except Exception as exc:
+                conn.send(("open_error", f"{type(exc).__name__}: {exc}"))
+        elif kind == "call":
+            _, op_id, op, args, agent, barrier, go_timeout, controlled = msg
+            if barrier:
+                conn.send(("ready", op_id))
+                if not _pass_gate(gate_fd, go_timeout):
+                    conn.send(("done", op_id, INFO, None, "BarrierTimeout",
+                               "barrier never opened", 0, 0, clock()))
+                    continue
+            now = clock()
+            t0 = time.monotonic_ns()
+            schedule.begin(op_id if controlled else None)
+            try:
+                typ, value, error, message = execute(store, op, args, agent)
+            except schedule.ScheduleAbort as exc:
+                typ, value, error, message = INFO, None, None, str(exc)
+            except Exception as exc:  # not a typed refusal: indeterminate, and a finding
+                typ, value, error, message = INFO, None, type(exc).__name__, str(exc)
+            finally:
+                schedule.begin(None)
+            t1 = time.monotonic_ns()
+            conn.send(("done", op_id, typ, value, error, message, t0, t1, now))
+        elif kind == "close":
+            if store is not None:
+                _close(store)
+                store = None
+            conn.send(("closed",))
+        elif kind == "stop":
+            break
+    if store is not None:
+        _close(store)
+
+
+def _pass_gate(gate_fd: int, timeout: float) -> bool:
+    """Wait for one byte on the shared gate pipe (the barrier).
+
+    All racers block in ``select`` on the same pipe and the controller writes one byte per
+    racer at once, so they wake together. Unlike a shared Event or Barrier, a pipe holds no
+    lock a SIGKILLed waiter could leave taken.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        ready, _, _ = select.select([gate_fd], [], [], left)
+        if ready:
+            try:
+                if os.read(gate_fd, 1):
+                    return True
+            except BlockingIOError:
+                continue  # another racer took that byte
+
+
+def _reader_main(conn: Any, parent: int) -> None:
+    """A process that only holds an SQLite read transaction open (a 'long reader').
+
+    It never loads the target, so two SQLite libraries never share a process.
+    """
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    db = None
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break
+        if msg[0] == "hold":
+            db = sqlite3.connect(msg[1], isolation_level=None)
+            db.execute("BEGIN")
+            db.execute("SELECT count(*) FROM sqlite_master").fetchall()
+            conn.send(("holding",))
+        elif msg[0] == "drop":
+            if db is not None:
+                db.execute("COMMIT")
+                db.close()
+                db = None
+            conn.send(("dropped",))
+        elif msg[0] == "integrity":
+            conn.send(("integrity", _integrity_check(msg[1])))
+        elif msg[0] == "stop":
+            break
+
+
+def _integrity_check(path: str) -> str:
+    """``PRAGMA integrity_check`` on a read-only connection of its own: "ok" or the problems."""
+    try:
+        db = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True,
+                             isolation_level=None)
+    except sqlite3.Error as exc:
+        return f"cannot open: {exc}"
+    try:
+        return "; ".join(str(r[0]) for r in db.execute("PRAGMA integrity_check").fetchall())
+    except sqlite3.Error as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        db.close()
+
+
+def _close(store: Any) -> None:
+    try:
+        store.close()
+    except Exception:
+        pass
+
+
+@dataclass
+class Worker:
+    id: int
+    proc: Any
+    conn: Any
+    paused: bool = False
+    doomed: bool = False  # a fault is killing it: its death is injected, not a finding
+
+
+@dataclass
+class PlannedCall:
+    """One operation of a round: which pool slot runs it, as which agent."""
+
+    slot: int
+    op: str
+    args: dict[str, Any]
+    agent: str
+
+
+class WorkerPool:
+    """Persistent workers for one campaign. Use as a context manager: nothing outlives it."""
+
+    def __init__(self, target: str, clock: SharedClock, size: int = 4, *,
+                 op_timeout_s: float | None = None, scheduled: bool = False) -> None:
+        if size < 2:
+            raise HarnessError("a race needs at least 2 workers (--workers >= 2)")
+        load_factory(target)  # fail fast, in the controller, with a clear message
+        self.target = target
+        self.clock = clock
+        self.size = size
+        # None: adaptive (LIVENESS_FLOOR_S .. LIVENESS_CAP_S from observed latency)
+        self.fixed_timeout_s = op_timeout_s
+        self.latencies: list[float] = []  # seconds of recent completed ops (a ring)
+        self.deadline: float | None = None  # time.monotonic(): no wait goes past it
+        self.scheduled = scheduled
+        self._reader_lock = threading.Lock()
+        self._reader_held = False
+        # the race barrier: a pipe whose read end every worker inherits (see _pass_gate)
+        self._gate_r, self._gate_w = os.pipe()
+        os.set_blocking(self._gate_r, False)
+        self.slots: list[Worker] = []
+        self.next_id = 0
+        self.replaced = 0
+        self.path: str | None = None
+        self.capabilities: frozenset[str] = frozenset()
+        self.skips: dict[str, str] = {}  # invariants the target declares it cannot be checked on
+        self._reader: Worker | None = None
+
+    # ---------------------------------------------------------------- time limits
+    @property
+    def op_timeout_s(self) -> float:
+        """How long an op may run before it is a liveness finding: ``--op-timeout`` if set,
+        else 20 × the slowest of the recent ops, between LIVENESS_FLOOR_S and LIVENESS_CAP_S."""
+        if self.fixed_timeout_s is not None:
+            return self.fixed_timeout_s
+        slowest = max(self.latencies, default=0.0)
+        return min(LIVENESS_CAP_S, max(LIVENESS_FLOOR_S, 20 * slowest))
+
+    def _wait_limit(self) -> tuple[float, bool]:
+        """(seconds to wait for an op, whether the budget's deadline is what limits it)."""
+        limit = self.op_timeout_s
+        if self.deadline is not None:
+            left = max(0.2, self.deadline - time.monotonic())
+            if left < limit:
+                return left, True
+        return limit, False
+
+    def _observe(self, op: Op) -> None:
+        if op.complete_ns and op.type != INFO:
+            self.latencies.append((op.complete_ns - op.invoke_ns) / 1e9)
+            if len(self.latencies) > 200:
+                del self.latencies[:100]
+
+    def paused_workers(self) -> list[int]:
+        return [w.id for w in self.slots if w.paused]
+
+    def _mark_hung(self, op: Op, waited: float, by_deadline: bool) -> None:
+        """An op that did not return: a liveness finding, unless the budget cut it short or
+        a SIGSTOPped worker may hold the lock it waits for (then it is only ``info``)."""
+        paused = self.paused_workers()
+        if by_deadline:
+            op.note = f"stopped at the campaign's budget after {waited:.1f}s; worker killed"
+            op.extra[CUT_SHORT] = "budget"
+        elif paused:
+            op.extra[CUT_SHORT] = "frozen worker"
+            op.note = (f"no answer within {waited:.1f}s while worker(s) {paused} were frozen "
+                       "(SIGSTOP) and may hold the lock; worker killed")
+        else:
+            op.note = f"no answer within {waited:.1f}s; worker killed"
+            op.extra["hung_s"] = round(waited, 3)
+
+    # ---------------------------------------------------------------- lifecycle
+    def __enter__(self) -> WorkerPool:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        for _ in range(self.size):
+            self.slots.append(self._spawn())
+
+    def _spawn(self) -> Worker:
+        parent_end, child_end = _CTX.Pipe()
+        proc = _CTX.Process(target=_worker_main, daemon=True, name=f"ferry-worker-{self.next_id}",
+                            args=(child_end, self.target, self.clock, self._gate_r, os.getpid(),
+                                  self.scheduled))
+        proc.start()
+        child_end.close()
+        worker = Worker(self.next_id, proc, parent_end)
+        self.next_id += 1
+        return worker
+
+    def close(self) -> None:
+        """Stop every worker; SIGKILL what does not stop within a second. Idempotent."""
+        procs = [w for w in self.slots] + ([self._reader] if self._reader else [])
+        for w in procs:
+            if w.paused:
+                self._signal(w, signal.SIGCONT)
+            try:
+                w.conn.send(("stop",))
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 1.0
+        for w in procs:
+            w.proc.join(max(0.0, deadline - time.monotonic()))
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join(5)
+            w.conn.close()
+        self.slots = []
+        self._reader = None
+        for fd in (self._gate_r, self._gate_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._gate_r = self._gate_w = -1
+
+    def _drain_gate(self) -> None:
+        """Drop bytes left by racers that died before passing the last gate."""
+        while True:
+            try:
+                if not os.read(self._gate_r, 4096):
+                    return
+            except BlockingIOError:
+                return
+
+    def slot_of(self, worker_id: int) -> int:
+        """The slot a worker id runs in (0 if it was retired since)."""
+        return next((i for i, w in enumerate(self.slots) if w.id == worker_id), 0)
+
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self.slots]
+
+    # ---------------------------------------------------------------- store lifecycle
+    def open(self, path: str) -> None:
+        """Every worker (re)opens its store on ``path``. A factory that raises is fatal."""
+        self.path = path
+        for slot in range(len(self.slots)):
+            self._open_slot(slot)
+
+    def _open_slot(self, slot: int) -> None:
+        w = self.slots[slot]
+        w.conn.send(("open", self.path))
+        reply = self._recv(w, self.op_timeout_s)
+        if reply is None:
+            raise HarnessError(f"worker {w.id} did not open the store within {self.op_timeout_s}s")
+        if reply[0] == "open_error":
+            raise HarnessError(
+                f"the target factory {self.target} raised in a worker: {reply[1]}")
+        self.capabilities = frozenset(reply[1])
+        self.skips = dict(reply[2]) if len(reply) > 2 else {}
+
+    def replace(self, slot: int) -> Worker:
+        """Kill the worker in ``slot`` (if alive) and start a fresh one with a new id."""
+        old = self.slots[slot]
+        if old.proc.is_alive():
+            old.proc.kill()
+        old.proc.join(5)
+        old.conn.close()
+        self.slots[slot] = self._spawn()
+        self.replaced += 1
+        if self.path is not None:
+            self._open_slot(slot)
+        return self.slots[slot]
+
+    def _signal(self, w: Worker, sig: int) -> None:
+        try:
+            os.kill(w.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def pause(self, slot: int) -> None:
+        """SIGSTOP a worker (a zombie holder: alive, frozen, still holding its token)."""
+        self._signal(self.slots[slot], signal.SIGSTOP)
+        self.slots[slot].paused = True
+
+    def resume(self, slot: int) -> None:
+        self._signal(self.slots[slot], signal.SIGCONT)
+        self.slots[slot].paused = False
+
+    # ---------------------------------------------------------------- long reader
+    def _ensure_reader(self) -> Worker:
+        if self._reader is None:
+            parent_end, child_end = _CTX.Pipe()
+            proc = _CTX.Process(target=_reader_main, args=(child_end, os.getpid()), daemon=True,
+                                name="ferry-reader")
+            proc.start()
+            child_end.close()
+            self._reader = Worker(-1, proc, parent_end)
+        return self._reader
+
+    def hold_reader(self) -> None:
+        """Open a read transaction on the database from a separate process."""
+        self._ensure_reader()
+        self._reader.conn.send(("hold", self.path))
+        if self._recv(self._reader, self.op_timeout_s) is None:
+            raise HarnessError("the long-reader process did not answer")
+        with self._reader_lock:
+            self._reader_held = True
+
+    def drop_reader(self) -> None:
+        with self._reader_lock:
+            if self._reader is None or not self._reader_held:
+                return
+            self._reader_held = False
+            self._reader.conn.send(("drop",))
+            self._recv(self._reader, self.op_timeout_s)
+
+    def run_with_reader(self, call: PlannedCall, history: History, hold_s: float,
+                        **kw: Any) -> Op:
+        """Run ``call`` while another process holds a read snapshot, for at most ``hold_s``:
+        then the reader lets go, so a checkpoint that waits for readers (RESTART, TRUNCATE
+        with the busy handler) stalls the other workers for a bounded, measured time."""
+        self.hold_reader()
+        timer = threading.Timer(hold_s, self.drop_reader)
+        timer.start()
+        try:
+            return self.run([call], history, barrier=False, **kw)[0]
+        finally:
+            timer.cancel()
+            timer.join()
+            self.drop_reader()
+
+    def integrity(self) -> str:
+        """``PRAGMA integrity_check`` of the database, run in the reader process (which never
+        loads the target): "ok", or SQLite's list of problems."""
+        reader = self._ensure_reader()
+        reader.conn.send(("integrity", self.path))
+        reply = self._recv(reader, self.op_timeout_s)
+        if reply is None:
+            raise HarnessError("the reader process did not answer the integrity check")
+        return reply[1]
+
+    # ---------------------------------------------------------------- running operations
+    def _recv(self, w: Worker, timeout: float) -> tuple | None:
+        if w.conn.poll(timeout):
+            try:
+                return w.conn.recv()
+            except (EOFError, OSError):
+                return None
+        return None
+
+    def run(self, calls: list[PlannedCall], history: History, *, barrier: bool | None = None,
+            round_id: int | None = None, example: int | None = None,
+            chooser: schedule.Chooser | None = None) -> list[Op]:
+        """Run calls (one per distinct slot) and append their ops to ``history``.
+
+        With a barrier (the default for more than one call) all workers start together.
+        With a ``chooser`` (schedule mode) they then run one statement at a time in the
+        order it decides; each op's ``extra["sql"]`` lists its statements as
+        ``[seq, sql, switch]`` in the order they ran.
+        """
+        controlled = chooser is not None and len(calls) > 1
+        if len({c.slot for c in calls}) != len(calls):
+            raise ValueError("one call per worker slot in a round")
+        barrier = len(calls) > 1 if barrier is None else barrier
+        self._drain_gate()
+        pending: dict[int, tuple[PlannedCall, Op]] = {}
+        created: list[Op] = []
+        for call in calls:
+            w = self.slots[call.slot]
+            op = Op(index=history.next_index(), process=w.id, agent=call.agent, op=call.op,
+                    args=dict(call.args), invoke_ns=time.monotonic_ns(), now=self.clock(),
+                    round=round_id, example=example)
+            history.append(op)
+            created.append(op)
+            try:
+                w.conn.send(("call", op.index, call.op, call.args, call.agent, barrier,
+                             self.op_timeout_s, controlled))
+            except (OSError, ValueError):
+                op.note = "worker was dead before the call"
+                continue
+            pending[call.slot] = (call, op)
+        if barrier:
+            for slot, (_call, op) in list(pending.items()):
+                reply = self._recv(self.slots[slot], self.op_timeout_s)
+                if reply is None or reply[0] != "ready":
+                    op.note = "worker died before the barrier"
+                    op.complete_ns = time.monotonic_ns()
+                    del pending[slot]
+                    self.replace(slot)
+            os.write(self._gate_w, b"g" * len(pending))  # open the gate for all at once
+        if controlled and pending:
+            self._scheduled_round(pending, chooser)
+            return created
+        limit, by_deadline = self._wait_limit()
+        deadline = time.monotonic() + limit
+        by_conn = {self.slots[s].conn: s for s in pending}
+        while by_conn:
+            ready = wait(list(by_conn), timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            for conn in ready:
+                slot = by_conn.pop(conn)
+                _call, op = pending.pop(slot)
+                try:
+                    reply = conn.recv()
+                except (EOFError, OSError):
+                    reply = None
+                if reply is None:
+                    w = self.slots[slot]
+                    w.proc.join(0.5)
+                    if w.doomed:
+                        op.note = "worker died: killed by an injected fault during the operation"
+                        op.extra[CUT_SHORT] = "fault"
+                    else:
+                        op.note = f"worker died during the operation (exit code {w.proc.exitcode})"
+                        op.extra["died"] = w.proc.exitcode
+                    op.complete_ns = time.monotonic_ns()
+                    self.replace(slot)
+                    continue
+                _, _, typ, value, error, message, t0, t1, now = reply
+                op.type, op.value, op.error, op.message = typ, value, error, message
+                op.invoke_ns, op.complete_ns, op.now = t0 or op.invoke_ns, t1 or time.monotonic_ns(), now
+                self._observe(op)
+        for slot, (_call, op) in pending.items():  # overran the timeout: kill, replace
+            self._mark_hung(op, limit, by_deadline)
+            op.complete_ns = time.monotonic_ns()
+            self.replace(slot)
+        return created
+
+    def run_and_kill(self, call: PlannedCall, history: History, delay_s: float, *,
+                     round_id: int | None = None, example: int | None = None) -> Op:
+        """Start ``call`` and SIGKILL its worker after ``delay_s`` (maybe mid-transaction).
+
+        The op is ``ok``/``fail`` if it finished first, else ``info``; the worker is replaced.
+        """
+        w = self.slots[call.slot]
+        op = Op(index=history.next_index(), process=w.id, agent=call.agent, op=call.op,
+                args=dict(call.args), invoke_ns=time.monotonic_ns(), now=self.clock(),
+                round=round_id, example=example)
+        history.append(op)
+        w.conn.send(("call", op.index, call.op, call.args, call.agent, False, self.op_timeout_s,
+                     False))
+        time.sleep(delay_s)
+        w.proc.kill()
+        w.proc.join(5)
+        reply = self._recv(w, 0.05)
+        if reply is not None and reply[0] == "done":
+            _, _, typ, value, error, message, t0, t1, now = reply
+            op.type, op.value, op.error, op.message = typ, value, error, message
+            op.invoke_ns, op.complete_ns, op.now = t0, t1, now
+        else:
+            op.note = f"worker killed (SIGKILL) {delay_s * 1000:.2f} ms into the operation"
+            op.extra[CUT_SHORT] = "fault"
+            op.complete_ns = time.monotonic_ns()
+        self.replace(call.slot)
+        return op
+
+    def _scheduled_round(self, pending: dict[int, tuple[PlannedCall, Op]],
+                         chooser: schedule.Chooser) -> None:
+        slots = sorted(pending)
+        ops = [pending[s][1] for s in slots]
+        limit, by_deadline = self._wait_limit()
+        res = schedule.run_round([self.slots[s].conn for s in slots], [o.index for o in ops],
+                                 chooser, stall_s=limit)
+        for seq, (pos, _idx, sql, switch) in enumerate(res.trace):
+            ops[pos].extra.setdefault("sql", []).append([seq, sql, switch])
+        for pos, op in enumerate(ops):
+            reply = res.replies.get(pos)
+            if reply and reply[0] == "done":
+                _, _, typ, value, error, message, t0, t1, now = reply
+                op.type, op.value, op.error, op.message = typ, value, error, message
+                op.invoke_ns, op.complete_ns, op.now = t0 or op.invoke_ns, t1, now
+                self._observe(op)
+                continue
+            op.complete_ns = time.monotonic_ns()
+            op.note = res.note or "worker died during a scheduled round"
+            if reply and reply[0] == "died":
+                if not self.slots[slots[pos]].doomed:
+                    op.extra["died"] = self.slots[slots[pos]].proc.exitcode
+                self.replace(slots[pos])
+            elif pos in res.hung:  # running inside the store, not parked at a point
+                self._mark_hung(op, limit, by_deadline)
+        if res.stalled:
+            schedule.abort([self.slots[slots[p]].conn for p in res.stalled])
+            for p in res.stalled:  # whatever they were doing, start them afresh
+                self.replace(slots[p])
+
+    def wal_mark(self) -> str:
+        """What changes whenever frames are appended to the WAL, whatever the file size:
+        the -wal header (its checkpoint sequence and salts change each time the log
+        restarts from its start) and the -shm index's mxFrame (frames in the log), read as
+        plain files — never through SQLite, which could itself write."""
+        parts = []
+        try:
+            with open(f"{self.path}-wal", "rb") as fh:
+                parts.append(fh.read(32).hex())
+        except (OSError, TypeError):
+            parts.append("-")
+        try:
+            with open(f"{self.path}-shm", "rb") as fh:
+                head = fh.read(48)
+            parts.append(str(int.from_bytes(head[16:20], "little")) if len(head) >= 20 else "-")
+        except (OSError, TypeError):
+            parts.append("-")
+        return f"{self.wal_size()}:" + ":".join(parts)
+
+    def wal_size(self) -> int:
+        """Size of the ``-wal`` file in bytes (0 if absent): measured, never opened."""
+        try:
+            return os.path.getsize(f"{self.path}-wal")
+        except (OSError, TypeError):
+            return 0

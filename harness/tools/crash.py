@@ -1,0 +1,616 @@
+"""``ferry-harness crash``: claim/fulfill lifecycles while workers are SIGKILLed; then prove
+that nothing was lost.
+
+Each *round* runs on W persistent worker processes, on one WAL database, with the shared
+clock frozen at the round's instant ``t``:
+
+1. every worker dispatches one task (W lifecycles per round);
+2. every worker ``poll_next``\\ s at one barrier (they race for the oldest tasks);
+3. every worker that got a claim fulfills it.
+
+In a fraction of the rounds (``--kill-rate``) one random worker is killed with SIGKILL:
+during its claim, during its fulfill (half of those kills hunt for the moment it holds
+SQLite's WAL write lock, i.e. *inside* its write transaction; the other half fire after a
+random delay spread over the measured duration of the call), or between its claim and its
+fulfill (it dies holding the lease). The pool records the killed op as ``info``, retires
+the worker id and starts a fresh worker; the dead worker's agent name is never reused.
+
+After a kill the controller reads every unfinished task back (``get``). A task still
+``CLAIMED`` by a dead agent is an *orphan*: its lease was granted at ``t`` and so must end
+at exactly ``t + exec_ttl_ms``. The clock goes to ``expires - 1`` (two live rescuers race
+to claim: nobody may win) and then to ``expires`` (exactly one must win); a rescuer that
+only wins later is counted *late*, one that never wins means a lost task. The winner
+fulfills. Tasks a dead worker never claimed are picked up by later rounds.
+
+At the end every left-over task is drained, then one ``inspect()`` must list every
+dispatched task exactly once, ``COMPLETED``, with the result of its one accepted
+``fulfill`` (or, when the killed worker's fulfill had committed before it died, that
+result); ``PRAGMA integrity_check`` (in the pool's reader process) must say ``ok``; a
+``TRUNCATE`` checkpoint must leave the ``-wal`` empty; no claim token may repeat.
+
+Exit code 0 when all of that holds, 1 otherwise, 2 for usage or harness errors.
+
+``ferry-harness replay DIR`` on a crash report directory runs the same campaign again
+(target, seed, rounds, workers, kill rate from ``crash.json``): the kills are drawn from the
+seed, but where they land depends on the OS scheduler, so a replay is a rerun that stops at
+the first run showing one of the same invariants.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.check.checker import Violation
+from harness.check.history import INFO, OK, History, Op
+from harness.check.model import _j
+from harness.errors import HarnessError
+from harness.run.nemesis import TimedKill, draw_delay_ns, holds_wal_write_lock, stop
+from harness.runtime.client import PlannedCall, WorkerPool
+from harness.runtime.clock import SharedClock
+from harness.runtime.provenance import provenance
+from harness.runtime.target import DEFAULT_TARGET, load_factory
+
+START_MS = 1_000_000_000
+QUEUE_TTL_MS = 1_000_000_000  # tasks never time out in the queue during a campaign
+MAX_ATTEMPTS = 1_000  # every kill of a holder spends an attempt; never run out
+NEEDS = ("dispatch", "fulfill", "get")
+PHASES = ("claim", "fulfill", "between")
+PHASE_WEIGHTS = (0.25, 0.6, 0.15)
+
+
+@dataclass
+class CrashConfig:
+    target: str = DEFAULT_TARGET
+    workers: int = 4
+    rounds: int = 1000
+    seed: int = 0
+    report_dir: str | None = None
+    kill_rate: float = 0.35
+    exec_ttl_ms: int = 1_000
+    integrity_every: int = 250  # rounds between integrity checks (and one at the end)
+
+
+@dataclass
+class Tally:
+    """What the summary prints."""
+
+    rounds: int = 0
+    lifecycles: int = 0
+    completed: int = 0
+    kills: int = 0
+    kills_by_phase: dict[str, int] = field(default_factory=dict)
+    kills_mid_op: int = 0
+    kills_after_op: int = 0
+    kills_in_write_tx: int = 0
+    kills_missed: int = 0
+    fulfill_kills_committed: int = 0
+    fulfill_kills_rolled_back: int = 0
+    orphans: int = 0
+    reclaimed: int = 0
+    reclaimed_at_expires: int = 0
+    reclaimed_late: int = 0
+    never_reclaimed: int = 0
+    claimed_before_expiry: int = 0
+    tasks_lost: int = 0
+    duplicate_completions: int = 0
+    changed_results: int = 0
+    duplicate_tokens: int = 0
+    integrity: str = "not run"
+    wal_after_checkpoint: int | None = None
+    workers_replaced: int = 0
+    seconds: float = 0.0
+
+
+class Crash:
+    """One crash campaign: a pool, a database, the rounds, the final audit."""
+
+    def __init__(self, cfg: CrashConfig,
+                 progress: Callable[[Tally], None] | None = None) -> None:
+        self.cfg = cfg
+        self.progress = progress or (lambda _t: None)
+        self.rng = random.Random(cfg.seed)
+        self.t = Tally()
+        self.history = History()
+        self.violations: list[Violation] = []
+        self.clock = SharedClock(START_MS)
+        self.windows: dict[str, list[tuple[int, int]]] = {"claim": [], "fulfill": []}
+        self.tasks: list[str] = []  # every task dispatched, in order
+        self.unfinished: set[str] = set()  # not yet known COMPLETED
+        self.dead: set[str] = set()  # agent names of killed workers
+        self.lost: set[str] = set()  # orphans no rescuer could ever claim
+        self.round = 0
+
+    # ------------------------------------------------------------------ plumbing
+    def agent(self, slot: int) -> str:
+        return f"w{self.pool.slots[slot].id}"
+
+    def violation(self, invariant: str, message: str, ops: list[int] | None = None) -> None:
+        self.violations.append(Violation(invariant, message, ops or []))
+
+    def run_round(self, calls: list[PlannedCall], phase: str = "", *,
+                  killer: TimedKill | None = None, barrier: bool | None = None) -> list[Op]:
+        self.round += 1
+        origin = time.monotonic_ns()
+        if killer is not None:
+            killer.arm(origin)
+        try:
+            ops = self.pool.run(calls, self.history, barrier=barrier, round_id=self.round)
+        finally:
+            killed = killer.finish() if killer is not None else False
+        if phase in self.windows and killer is None:  # where the calls ran, for kill timing
+            for o in ops:
+                if o.type != INFO and o.complete_ns and o.invoke_ns >= origin:
+                    self.windows[phase].append((o.invoke_ns - origin, o.complete_ns - origin))
+            del self.windows[phase][:-64]
+        if killer is not None:
+            victim = next(o for o in ops if o.process == killer.worker.id)
+            if killed:
+                self.record_kill(phase, killer.worker.id, victim, killer.in_write_tx,
+                                 killer.at_ns, killer.aim)
+            else:
+                self.t.kills_missed += 1
+        return ops
+
+    def record_kill(self, phase: str, worker_id: int, op: Op | None, in_tx: bool, at_ns: int,
+                    aim: str) -> None:
+        self.dead.add(f"w{worker_id}")
+        t = self.t
+        t.kills += 1
+        t.kills_by_phase[phase] = t.kills_by_phase.get(phase, 0) + 1
+        landed = "between ops" if op is None else ("mid-op" if op.type == INFO else "after-op")
+        if op is not None:
+            if op.type == INFO:
+                t.kills_mid_op += 1
+            else:
+                t.kills_after_op += 1
+        t.kills_in_write_tx += in_tx
+        self.history.append(Op(
+            index=self.history.next_index(), process=-1, agent="nemesis", op="nemesis",
+            args={"fault": "kill", "worker": worker_id, "phase": phase, "aim": aim,
+                  "landed": landed, "in_write_tx": in_tx,
+                  "op_index": op.index if op is not None else None},
+            invoke_ns=at_ns, now=self.clock(), complete_ns=at_ns, type=OK, round=self.round))
+
+    def killer_for(self, calls: list[PlannedCall], phase: str, plan: dict[str, Any] | None) -> TimedKill | None:
+        if plan is None or plan["phase"] != phase or not calls:
+            return None
+        slot = calls[plan["victim"] % len(calls)].slot
+        if plan["aim"] == "write-tx":
+            return TimedKill(self.pool, slot, 0.0, aim="write-tx")
+        delay_ns = draw_delay_ns(self.rng, self.windows.get(phase, []))
+        return TimedKill(self.pool, slot, delay_ns / 1e9)
+
+    # ------------------------------------------------------------------ the campaign
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        load_factory(cfg.target)
+        self.pool = WorkerPool(cfg.target, self.clock, cfg.workers)
+        tmp = tempfile.mkdtemp(prefix="ferry-crash-")
+        t0 = time.perf_counter()
+        try:
+            with self.pool:
+                self.path = os.path.join(tmp, "crash.db")
+                self.pool.open(self.path)
+                caps = self.pool.capabilities
+                missing = [n for n in NEEDS if n not in caps]
+                if missing or not ({"poll_next", "claim"} & caps):
+                    raise HarnessError(f"crash needs dispatch, poll_next or claim, fulfill and get; "
+                                       f"{cfg.target} lacks {', '.join(missing) or 'poll_next/claim'}")
+                last = time.monotonic()
+                for r in range(cfg.rounds):
+                    self.one_round(r)
+                    if (r + 1) % cfg.integrity_every == 0 and r + 1 < cfg.rounds:
+                        self.integrity()
+                    if time.monotonic() - last > 2:
+                        last = time.monotonic()
+                        self.t.seconds = time.perf_counter() - t0
+                        self.progress(self.t)
+                self.drain()
+                self.audit()
+                self.t.workers_replaced = self.pool.replaced
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.t.seconds = round(time.perf_counter() - t0, 2)
+        return self.report()
+
+    def one_round(self, r: int) -> None:
+        cfg, pool, t = self.cfg, self.pool, self.t
+        t.rounds += 1
+        self.clock.advance(1)
+        at = self.clock()
+        plan = None
+        if self.rng.random() < cfg.kill_rate:
+            plan = {"phase": self.rng.choices(PHASES, PHASE_WEIGHTS)[0],
+                    "victim": self.rng.randrange(pool.size),
+                    "aim": self.rng.choice(("write-tx", "random"))}
+        # 1. every worker dispatches one task
+        ops = self.run_round([PlannedCall(s, "dispatch", {
+            "target_agent": None, "queue_ttl_ms": QUEUE_TTL_MS, "exec_ttl_ms": cfg.exec_ttl_ms,
+            "max_attempts": MAX_ATTEMPTS, "payload": {"round": r, "slot": s}}, "client")
+            for s in range(pool.size)], barrier=False)
+        for o in ops:
+            if o.type == OK:
+                self.tasks.append(o.value)
+                self.unfinished.add(o.value)
+                t.lifecycles += 1
+            else:
+                self.violation("no-lost-task", f"dispatch refused: {o.error} {o.message}", [o.index])
+        # 2. every worker polls, at one barrier (maybe one is killed mid-claim)
+        if "poll_next" in pool.capabilities:
+            calls = [PlannedCall(s, "poll_next", {}, self.agent(s)) for s in range(pool.size)]
+        else:
+            todo = sorted(self.unfinished, key=self.tasks.index)[:pool.size]
+            calls = [PlannedCall(s, "claim", {"task_id": tid}, self.agent(s))
+                     for s, tid in enumerate(todo)]
+        # (no barrier when a claim may be killed: a worker SIGKILLed while it waits at the
+        # pool's barrier can leave the shared Event's lock held, and the pool deadlocks)
+        ops = self.run_round(calls, "claim", killer=self.killer_for(calls, "claim", plan),
+                             barrier=not (plan and plan["phase"] == "claim"))
+        claims = [(pool.slot_of(o.process), o.value) for o in ops
+                  if o.type == OK and o.value and f"w{o.process}" not in self.dead]
+        self.check_distinct(ops)
+        # 2b. or one dies holding its fresh lease, between its claim and its fulfill
+        if plan and plan["phase"] == "between" and claims:
+            slot, _claim = claims.pop(plan["victim"] % len(claims))
+            w = pool.slots[slot]
+            at_ns = time.monotonic_ns()
+            stop(w.proc.pid)
+            in_tx = holds_wal_write_lock(w.proc.pid, self.path)
+            w.doomed = True
+            os.kill(w.proc.pid, signal.SIGKILL)
+            w.proc.join(5)
+            pool.replace(slot)
+            self.record_kill("between", w.id, None, in_tx, at_ns, "idle holder")
+        # 3. every holder fulfills (maybe one is killed mid-fulfill)
+        calls = [PlannedCall(slot, "fulfill", {"task_id": c["task_id"], "token": c["token"],
+                                               "result": {"by": self.agent(slot), "round": r}},
+                             self.agent(slot)) for slot, c in claims]
+        ops = self.run_round(calls, "fulfill", killer=self.killer_for(calls, "fulfill", plan),
+                             barrier=False)
+        victim_fulfill = None
+        for o in ops:
+            if o.type == OK:
+                self.unfinished.discard(o.args["task_id"])
+            elif o.type == INFO:
+                victim_fulfill = o
+            else:
+                self.violation("holder-guard", f"the holder's fulfill of task {o.args['task_id']} "
+                               f"was refused: {o.error} {o.message}", [o.index])
+        if plan is not None:
+            self.recover(at, victim_fulfill)
+
+    def check_distinct(self, ops: list[Op]) -> None:
+        got = [o.value["task_id"] for o in ops if o.type == OK and o.value]
+        for tid, n in Counter(got).items():
+            if n > 1:
+                self.violation("single-winner", f"task {tid} was claimed by {n} pollers in one "
+                               "round", [o.index for o in ops if o.type == OK and o.value
+                                         and o.value["task_id"] == tid])
+
+    def read(self, task_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """``get`` each task, W at a time on the live workers."""
+        views: dict[str, dict[str, Any]] = {}
+        size = self.pool.size
+        for i in range(0, len(task_ids), size):
+            chunk = task_ids[i:i + size]
+            ops = self.run_round([PlannedCall(s, "get", {"task_id": tid}, "auditor")
+                                  for s, tid in enumerate(chunk)], barrier=False)
+            for o in ops:
+                if o.type == OK and isinstance(o.value, dict):
+                    views[o.args["task_id"]] = o.value
+                else:
+                    self.violation("no-lost-task", f"get({o.args['task_id']}) failed: "
+                                   f"{o.error or o.note} {o.message or ''}", [o.index])
+        return views
+
+    # ------------------------------------------------------------------ after a kill
+    def recover(self, at: int, victim_fulfill: Op | None) -> None:
+        """Read back every unfinished task; rescue this round's orphans at their expiry."""
+        views = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index))
+        if victim_fulfill is not None:
+            v = views.get(victim_fulfill.args["task_id"], {})
+            if v.get("status") == "COMPLETED":
+                self.t.fulfill_kills_committed += 1
+            elif v.get("status") == "CLAIMED":
+                self.t.fulfill_kills_rolled_back += 1
+        orphans = []
+        for tid, v in views.items():
+            status = v.get("status")
+            if status == "COMPLETED":
+                self.unfinished.discard(tid)
+            elif status == "CLAIMED":
+                if v.get("claimed_by") in self.dead:
+                    orphans.append((tid, v))
+                else:
+                    self.violation("no-lost-task", f"task {tid} is CLAIMED by live worker "
+                                   f"{v.get('claimed_by')!r}, which holds no claim on it")
+            elif status != "SUBMITTED":
+                self.violation("no-lost-task", f"task {tid} ended {status} "
+                               f"({v.get('error_reason')}) after a worker was killed")
+        if orphans:
+            self.rescue(orphans, at + self.cfg.exec_ttl_ms)
+
+    def rescue(self, orphans: list[tuple[str, dict[str, Any]]], expires: int) -> None:
+        """The dead holders' leases (all granted at this round's instant) end at
+        ``expires``: nobody may claim an orphan a millisecond earlier, somebody must at
+        that very millisecond. Two live rescuers race for each orphan at ``expires - 1``,
+        then at ``expires``; an orphan nobody got is tried again later (counted late), and
+        if even ``expires + 100 * exec_ttl_ms`` does not free it, it is lost."""
+        t, pool = self.t, self.pool
+        ttl = self.cfg.exec_ttl_ms
+        for tid, v in orphans:
+            t.orphans += 1
+            if v.get("lease_expires_at") != expires:
+                self.violation("lease-half-open", f"task {tid} was claimed at {expires - ttl} "
+                               f"with exec_ttl_ms={ttl}, but its lease_expires_at is "
+                               f"{v.get('lease_expires_at')}, not {expires}")
+        use_claim = "claim" in pool.capabilities
+
+        def race(tid: str) -> list[Op]:
+            rescuers = self.rng.sample(range(pool.size), 2)
+            return self.run_round([PlannedCall(s, "claim" if use_claim else "poll_next",
+                                               {"task_id": tid} if use_claim else {},
+                                               self.agent(s)) for s in rescuers])
+
+        if self.clock() <= expires - 1:
+            self.clock.set(expires - 1)
+            for tid, _v in orphans:
+                won = [o for o in race(tid) if o.type == OK and o.value]
+                if won:
+                    t.claimed_before_expiry += 1
+                    self.violation("lease-half-open", f"task {tid} was reclaimed at "
+                                   f"t={expires - 1}, before its dead holder's lease ends at "
+                                   f"{expires}", [o.index for o in won])
+                    for o in won:  # it is held now: finish it
+                        self.finish(tid, o)
+        waiting = [tid for tid, _v in orphans]
+        for when in (expires, expires + 1, expires + ttl, expires + 100 * ttl):
+            if not waiting:
+                break
+            self.clock.set(max(when, self.clock()))
+            for tid in list(waiting):
+                won = [o for o in race(tid) if o.type == OK and o.value
+                       and o.value["task_id"] == tid]
+                if len(won) > 1:
+                    self.violation("single-winner", f"{len(won)} rescuers reclaimed task {tid} "
+                                   f"at t={self.clock()}", [o.index for o in won])
+                if not won:
+                    continue
+                waiting.remove(tid)
+                t.reclaimed += 1
+                if self.clock() == expires:
+                    t.reclaimed_at_expires += 1
+                else:
+                    t.reclaimed_late += 1
+                    self.violation("lease-half-open", f"task {tid}: its dead holder's lease "
+                                   f"ended at {expires}, but it could only be reclaimed at "
+                                   f"{self.clock()}", [won[0].index])
+                self.finish(tid, won[0])
+        for tid in waiting:
+            t.never_reclaimed += 1
+            self.lost.add(tid)
+            self.violation("lease-half-open", f"task {tid}: its holder was killed and its lease "
+                           f"ended at {expires}, but no rescuer could claim it, even at "
+                           f"{self.clock()}: lost")
+
+    def finish(self, tid: str, claim: Op) -> None:
+        """The rescuer fulfills the task it reclaimed."""
+        slot = self.pool.slot_of(claim.process)
+        [done] = self.run_round([PlannedCall(slot, "fulfill", {
+            "task_id": tid, "token": claim.value["token"],
+            "result": {"by": claim.agent, "rescued": True}}, claim.agent)])
+        if done.type == OK:
+            self.unfinished.discard(tid)
+        else:
+            self.violation("holder-guard", f"the rescuer's fulfill of task {tid} was refused: "
+                           f"{done.error or done.note} {done.message or ''}", [done.index])
+
+    # ------------------------------------------------------------------ the end
+    def drain(self) -> None:
+        """Claim and fulfill whatever dead workers left unclaimed (a task still CLAIMED by a
+        dead worker here was already given its rescue, and failed it: it stays lost)."""
+        for _ in range(10 + len(self.unfinished)):
+            if not self.unfinished - self.lost:
+                return
+            views = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index))
+            todo = []
+            for tid, v in views.items():
+                if v.get("status") == "COMPLETED":
+                    self.unfinished.discard(tid)
+                elif v.get("status") == "SUBMITTED":
+                    todo.append(tid)
+            for i in range(0, len(todo), self.pool.size):
+                chunk = todo[i:i + self.pool.size]
+                calls = [PlannedCall(s, "claim", {"task_id": tid}, self.agent(s))
+                         for s, tid in enumerate(chunk)] if "claim" in self.pool.capabilities else [
+                    PlannedCall(s, "poll_next", {}, self.agent(s)) for s in range(len(chunk))]
+                got = [(self.pool.slot_of(o.process), o.value) for o in self.run_round(calls)
+                       if o.type == OK and o.value]
+                ops = self.run_round([PlannedCall(s, "fulfill", {
+                    "task_id": c["task_id"], "token": c["token"],
+                    "result": {"by": self.agent(s), "drained": True}}, self.agent(s))
+                    for s, c in got], barrier=False)
+                for o in ops:
+                    if o.type == OK:
+                        self.unfinished.discard(o.args["task_id"])
+
+    def integrity(self) -> str:
+        t0 = time.monotonic_ns()
+        text = self.pool.integrity()
+        self.history.append(Op(
+            index=self.history.next_index(), process=-1, agent="nemesis", op="integrity_check",
+            args={"pragma": "integrity_check"}, invoke_ns=t0, now=self.clock(),
+            complete_ns=time.monotonic_ns(), type=OK, value=text, extra={"integrity": text}))
+        self.t.integrity = text
+        if text != "ok":
+            self.violation("integrity", f"PRAGMA integrity_check: {text[:400]}",
+                           [self.history.ops[-1].index])
+        return text
+
+    def audit(self) -> None:
+        """Every task once, COMPLETED, with its one accepted result; integrity; WAL; tokens."""
+        t, pool = self.t, self.pool
+        if "inspect" in pool.capabilities:
+            [op] = self.run_round([PlannedCall(0, "inspect", {}, "auditor")])
+            views_list = op.value if op.type == OK and isinstance(op.value, list) else []
+            if op.type != OK:
+                self.violation("no-lost-task", f"inspect() failed: {op.error or op.note}", [op.index])
+            counts = Counter(v.get("task_id") for v in views_list)
+            for tid, n in counts.items():
+                if n > 1:
+                    self.violation("no-lost-task", f"inspect() lists task {tid} {n} times", [op.index])
+            views = {v.get("task_id"): v for v in views_list}
+        else:
+            views = self.read(self.tasks)
+        accepted: dict[str, list[Op]] = {}
+        attempted: dict[str, list[Op]] = {}
+        for o in self.history:
+            if o.op == "fulfill":
+                (accepted if o.type == OK else attempted).setdefault(o.args["task_id"], []).append(o)
+        for tid in self.tasks:
+            v = views.get(tid)
+            if v is None:
+                t.tasks_lost += 1
+                self.violation("no-lost-task", f"task {tid} is missing from the store")
+                continue
+            if v.get("status") != "COMPLETED":
+                t.tasks_lost += 1
+                self.violation("no-lost-task", f"task {tid} ended {v.get('status')}, not COMPLETED "
+                               f"(claimed_by={v.get('claimed_by')!r}, lease_expires_at="
+                               f"{v.get('lease_expires_at')})")
+                continue
+            t.completed += 1
+            oks = accepted.get(tid, [])
+            if len(oks) > 1:
+                t.duplicate_completions += 1
+                self.violation("no-lost-task", f"task {tid} was completed {len(oks)} times",
+                               [o.index for o in oks])
+            result = _j(v.get("result"))
+            if oks:
+                if result != _j(oks[-1].args.get("result")):
+                    t.changed_results += 1
+                    self.violation("no-lost-task", f"task {tid}: accepted result "
+                                   f"{_j(oks[-1].args.get('result'))}, stored {result}",
+                                   [o.index for o in oks])
+            elif result not in {_j(o.args.get("result")) for o in attempted.get(tid, [])
+                                if o.type == INFO}:
+                t.changed_results += 1
+                self.violation("no-lost-task", f"task {tid} is COMPLETED with {result}, which no "
+                               "fulfill (accepted or killed) delivered")
+        tokens = Counter(o.value.get("token") for o in self.history
+                         if o.op in ("claim", "poll_next") and o.type == OK and o.value)
+        t.duplicate_tokens = sum(1 for n in tokens.values() if n > 1)
+        if t.duplicate_tokens:
+            self.violation("token-unique", f"{t.duplicate_tokens} claim token(s) issued twice")
+        self.integrity()
+        if "checkpoint" in pool.capabilities:
+            [op] = self.run_round([PlannedCall(0, "checkpoint", {"mode": "TRUNCATE"}, "janitor")])
+            t.wal_after_checkpoint = pool.wal_size()
+            op.extra["wal_after"] = t.wal_after_checkpoint
+            if op.type != OK or t.wal_after_checkpoint:
+                self.violation("wal-bounded", f"checkpoint(TRUNCATE) -> {op.value or op.error}, "
+                               f"-wal left at {t.wal_after_checkpoint} bytes", [op.index])
+
+    # ------------------------------------------------------------------ report
+    def report(self) -> dict[str, Any]:
+        return {"verdict": "fail" if self.violations else "pass", "target": self.cfg.target,
+                "config": asdict(self.cfg), "summary": asdict(self.t),
+                "violations": [v.to_dict() for v in self.violations]}
+
+
+def summary_lines(rep: dict[str, Any], report_dir: str | os.PathLike[str] | None = None
+                  ) -> list[str]:
+    """The printed summary; names crash.json only when ``report_dir`` holds one."""
+    s, cfg = rep["summary"], rep["config"]
+    kp = s["kills_by_phase"]
+    lines = [
+        f"ferry crash: {rep['verdict'].upper()} — {s['rounds']} rounds, {s['lifecycles']} "
+        f"lifecycles on {cfg['workers']} workers against {rep['target']} in {s['seconds']:.1f}s",
+        f"  kills: {s['kills']} (claim {kp.get('claim', 0)}, fulfill {kp.get('fulfill', 0)}, "
+        f"holding a lease between ops {kp.get('between', 0)}); mid-operation {s['kills_mid_op']}, "
+        f"inside a write transaction {s['kills_in_write_tx']}, just after the reply "
+        f"{s['kills_after_op']}; timers that missed {s['kills_missed']}",
+        f"  killed fulfills: committed before death {s['fulfill_kills_committed']}, rolled back "
+        f"{s['fulfill_kills_rolled_back']}",
+        f"  tasks lost: {s['tasks_lost']}   duplicate completions: {s['duplicate_completions']}   "
+        f"changed results: {s['changed_results']}   completed: {s['completed']}/{s['lifecycles']}",
+        f"  orphaned leases: {s['orphans']}, reclaimed at expiry {s['reclaimed']} (at exactly "
+        f"expires: {s['reclaimed_at_expires']}; late {s['reclaimed_late']}; never "
+        f"{s['never_reclaimed']}; claimed at expires-1: {s['claimed_before_expiry']})",
+        f"  integrity_check: {s['integrity']}   -wal after checkpoint(TRUNCATE): "
+        f"{s['wal_after_checkpoint']} bytes   duplicate tokens: {s['duplicate_tokens']}   "
+        f"workers replaced: {s['workers_replaced']}",
+    ]
+    for v in rep["violations"][:10]:
+        lines.append(f"  [{v['invariant']}] {v['message']}")
+    if len(rep["violations"]) > 10:
+        more = len(rep["violations"]) - 10
+        lines.append(f"  … and {more} more (see {Path(report_dir) / 'crash.json'})" if report_dir
+                     else f"  … and {more} more (rerun with --report-dir DIR to keep them all "
+                     "in DIR/crash.json)")
+    return lines
+
+
+def crash_command(cfg: dict[str, Any]) -> str:
+    """The ``ferry-harness crash`` command line that runs this campaign again."""
+    return (f"ferry-harness crash --target {cfg['target']} --rounds {cfg['rounds']} "
+            f"--workers {cfg['workers']} --seed {cfg['seed']} --kill-rate {cfg['kill_rate']}")
+
+
+def write_report(rep: dict[str, Any], history: History, report_dir: str) -> Path:
+    d = Path(report_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    rep = {"ferry": provenance(), **rep, "replay": f"ferry-harness replay {d}",
+           "command": crash_command(rep["config"])}
+    (d / "crash.json").write_text(json.dumps(rep, indent=2, default=str) + "\n")
+    history.write_jsonl(d / "history.jsonl")
+    (d / "crash.md").write_text("# ferry crash campaign\n\n```\n"
+                                + "\n".join(summary_lines(rep, d))
+                                + f"\n```\n\nReplay: `{rep['replay']}` (reruns `"
+                                + rep["command"] + "`)\n")
+    return d
+
+
+def replay_crash(report_dir: str | os.PathLike[str], target: str | None, tries: int) -> int:
+    """``ferry-harness replay`` on a crash report: rerun the campaign of ``crash.json`` up to
+    ``tries`` times, stopping at the first run that shows one of its invariants. Exit 1 if
+    one did, 0 if none did (or the report records no violation)."""
+    from harness.errors import ExitCode, TargetError
+
+    path = Path(report_dir) / "crash.json"
+    try:
+        rep = json.loads(path.read_text())
+        cfg = CrashConfig(**{k: v for k, v in rep["config"].items()
+                             if k in CrashConfig.__dataclass_fields__})
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TargetError(f"cannot read {path}: {exc}") from None
+    wanted = {v["invariant"] for v in rep.get("violations", [])}
+    if not wanted:
+        print(f"ferry: {path} records no violation; nothing to replay")
+        return ExitCode.OK
+    cfg.target = target or cfg.target
+    cfg.report_dir = None
+    load_factory(cfg.target)
+    print(f"ferry: replaying the crash campaign ({crash_command(asdict(cfg))}); a crash "
+          "replay is a rerun: the kills land where the scheduler puts them", flush=True)
+    for n in range(1, tries + 1):
+        again = Crash(cfg).run()
+        seen = {v["invariant"] for v in again["violations"]} & wanted
+        if seen:
+            print(f"ferry: replayed crash campaign against {cfg.target}: "
+                  f"[{', '.join(sorted(seen))}] reproduced on run {n} of at most {tries}")
+            return ExitCode.VIOLATION
+    print(f"ferry: replayed crash campaign against {cfg.target}: "
+          f"[{', '.join(sorted(wanted))}] reproduced 0/{tries}")
+    return ExitCode.OK

@@ -1,0 +1,150 @@
+"""The checker stays decisive on wide races, incremental checks agree with full ones, and
+recorded histories are checked offline (``ferry-harness check``, ``harness.tools.recorder``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ferry_core import LeaseStore, ManualClock
+from harness.check.checker import Checker
+from harness.check.history import History
+from harness.check.linearizability import check_history
+from harness.tools.recorder import Recorder
+from tests.benchmarks import races, synth
+
+
+def _check(ops):
+    c = Checker()
+    start = time.perf_counter()
+    found = c.check(History(ops))
+    return [v.invariant for v in found], c.unknown, time.perf_counter() - start
+
+
+@pytest.mark.parametrize("bad,want", [(None, []), ("refused", ["linearizable"]),
+                                      ("attempt", ["single-winner"])])
+def test_twenty_wide_claim_race_is_decided(bad, want):
+    names, unknown, took = _check(races.claim_race(20, bad))
+    assert sorted(set(names)) == want and not unknown
+    assert took < 1.0
+
+
+def test_twenty_wide_fulfil_race_with_two_winners_is_decided():
+    names, unknown, took = _check(races.fulfill_race(20, True))
+    assert names == ["token-unique"] and not unknown and took < 1.0
+    assert _check(races.fulfill_race(20, False))[:2] == ([], [])
+
+
+@pytest.mark.parametrize("lost", [0, 9, 15])
+def test_four_rounds_of_four_racing_salvages_with_one_lost(lost):
+    c = Checker()
+    start = time.perf_counter()
+    found = c.check(History(races.salvage_rounds(4, 4, lost=lost)))
+    assert time.perf_counter() - start < 1.0 and not c.unknown
+    assert [v.invariant for v in found] == ["no-lost-task"]
+    assert "lost a partial" in found[0].message
+
+
+def test_four_rounds_of_racing_salvages_any_order_within_a_round_is_legal():
+    assert _check(races.salvage_rounds(4, 4))[:2] == ([], [])
+    # within one round any order; across rounds the real-time order holds
+    assert _check(races.salvage_rounds(4, 4, swap=(0, 3)))[:2] == ([], [])
+    assert _check(races.salvage_rounds(4, 4, swap=(3, 4)))[0] == ["no-lost-task"]
+
+
+def test_free_order_is_fixed_by_the_first_read():
+    """Two reads that disagree on the order of one round cannot both be right."""
+    h = races.salvage_rounds(1, 3)
+    first = h[-1]
+    second = races.op(len(h), 0, "reader", "salvaged", {"task_id": races.T},
+                      first.complete_ns + 10, first.complete_ns + 20,
+                      value=list(reversed(first.value)))
+    assert _check(h)[0] == []
+    assert _check([*h, second])[0] == ["no-lost-task"]
+
+
+def test_incremental_checks_agree_with_one_full_check():
+    """Feeding a history step by step finds what one full check finds, and the
+    partitions of closed prefixes are not searched again."""
+    h, steps = synth.history(2_000, seed=3)
+    full = Checker().check(h)
+    inc, checker, prev = [], Checker(), 0
+    grown = History()
+    for end in steps:
+        grown.ops.extend(h.ops[prev:end])
+        inc += checker.check(grown, grown.ops[prev:end])
+        prev = end
+    assert full == [] and inc == [] and not checker.unknown
+    # a broken step is found incrementally too
+    bad = races.salvage_rounds(2, 3, lost=1)
+    h2, checker, found = History(), Checker(), []
+    for o in bad:
+        h2.ops.append(o)
+        found += checker.check(h2, [o])
+    assert [v.invariant for v in found] == ["no-lost-task"]
+
+
+def test_check_history_results_keep_their_ops():
+    res = check_history(races.claim_race(4, None))
+    assert res[0].ok and sorted(res[0].ops) == list(range(5))
+
+
+def test_budget_exhaustion_is_reported_once_with_the_partition():
+    checker = Checker(search_budget=5)
+    h = History()
+    for o in races.salvage_rounds(1, 6)[:-1]:
+        h.ops.append(o)
+        checker.check(h, [o])
+    assert len(checker.unknown) == 1
+    assert checker.unknown[0].startswith("task:task-1: search budget of 5 states exhausted")
+    assert "linearized so far" in checker.unknown[0]
+
+
+def _record(db, lose_result: bool):
+    clock = ManualClock(1_000)
+    rec = Recorder()
+    store = LeaseStore(str(db), clock=clock)
+    a = rec.wrap(store, agent="worker-1", clock=clock)
+    tid = a.dispatch(None, title="t", queue_ttl_ms=10_000, exec_ttl_ms=100)
+    c = a.poll_next("worker-1")
+    a.fulfill(c.task_id, "worker-1", c.token, {"ok": 1})
+    view = a.get(tid)
+    if lose_result:
+        rec.history.ops[-1].value = {**rec.history.ops[-1].value, "result": {"ok": 2}}
+    return rec, view
+
+
+def test_recorder_and_check_command(tmp_path):
+    rec, view = _record(tmp_path / "ok.db", lose_result=False)
+    assert view.status == "COMPLETED"
+    assert [o.op for o in rec.history] == ["dispatch", "poll_next", "fulfill", "get"]
+    assert rec.check() == []
+    path = rec.write(tmp_path / "history.jsonl")
+    run = subprocess.run([sys.executable, "-m", "harness", "check", str(path), "--report-dir",
+                          str(tmp_path / "ok")], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads((tmp_path / "ok" / "report.json").read_text())["verdict"] == "pass"
+
+    bad, _ = _record(tmp_path / "bad.db", lose_result=True)
+    assert [v.invariant for v in bad.check()] == ["no-lost-task"]
+    path = bad.write(tmp_path / "bad.jsonl")
+    run = subprocess.run([sys.executable, "-m", "harness", "check", str(path), "--report-dir",
+                          str(tmp_path / "fail"), "--target-caps", "full"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = json.loads((tmp_path / "fail" / "report.json").read_text())
+    assert report["verdict"] == "fail"
+    assert report["violations"][0]["invariant"] == "no-lost-task"
+    assert report["violations"][0]["history"]
+    assert (tmp_path / "fail" / "report.md").read_text().startswith("# ferry")
+
+
+def test_check_command_rejects_an_unreadable_history(tmp_path):
+    (tmp_path / "h.jsonl").write_text("not json\n")
+    run = subprocess.run([sys.executable, "-m", "harness", "check", str(tmp_path / "h.jsonl")],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "cannot read" in run.stderr

@@ -1,0 +1,83 @@
+"""The pytest plugin, in a throwaway project: the gate passes on a correct store, fails on
+a broken one naming the invariant (with and without xdist), JUnit carries the invariant and
+report path, and a failure found once is replayed first by the next run."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests.gate_sources import LOCK_BROKEN, OK_STORE
+
+pytest_plugins = ["pytester"]
+
+
+
+USER_TEST = """
+def test_one_winner(ferry_race, ferry_workers, ferry_history, ferry_check):
+    from harness.runtime.client import PlannedCall
+    [d] = ferry_workers.run([PlannedCall(0, "dispatch", {"target_agent": None}, "client")], ferry_history)
+    ops = ferry_race("claim", {"task_id": d.value}, agents=["a", "b", "c"])
+    assert sum(1 for o in ops if o.value) == 1
+    ferry_check(ferry_history)
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(ok=OK_STORE, broken=LOCK_BROKEN, test_user=USER_TEST)
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
+    return pytester
+
+
+def run(project: pytest.Pytester, *args: str):
+    return project.runpytest_subprocess("-q", "--ferry-budget", "6", "--ferry-workers", "3",
+                                        "-p", "no:randomly", *args)
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_gate_passes_on_a_correct_store(project, xdist):
+    result = run(project, "--ferry-target", "ok:make", *xdist)
+    result.assert_outcomes(passed=13)  # 11 scenarios + the fuzz campaign + the user's test
+    assert result.ret == 0
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_gate_fails_on_a_broken_store_naming_the_invariant(project, xdist):
+    junit = project.path / "junit.xml"
+    result = run(project, "--ferry-target", "broken:make", f"--junitxml={junit}", *xdist)
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert "[lock-exclusive]" in out and "report:" in out
+    failures = [tc for tc in ET.parse(junit).iter("testcase") if tc.find("failure") is not None]
+    names = {tc.get("name") for tc in failures}
+    assert "scenario/daemon-lock-takeover" in names and "fuzz" in names
+    for tc in failures:
+        text = tc.find("failure").get("message", "") + (tc.find("failure").text or "")
+        assert "[lock-exclusive]" in text and "ferry-reports" in text
+    report_dirs = list((project.path / "ferry-reports").rglob("report.json"))
+    assert report_dirs, "each failing item writes its report directory"
+    if xdist:  # every xdist worker writes under its own root
+        assert all(p.relative_to(project.path / "ferry-reports").parts[0].startswith("gw")
+                   for p in report_dirs)
+
+
+def test_failure_is_replayed_first_by_the_next_run(project):
+    args = ("--ferry-target", "broken:make", "--ferry-no-scenarios", "-k", "fuzz")
+    first = run(project, *args)
+    assert first.ret == 1
+    report = json.loads((project.path / "ferry-reports" / "fuzz" / "report.json").read_text())
+    assert report["example_database"]["failure_from_database"] is False
+    assert list((project.path / "ferry-reports" / "fuzz" / "examples").rglob("*"))
+    second = run(project, *args)
+    assert second.ret == 1
+    assert "replayed first from the example database" in second.stdout.str()
+    report = json.loads((project.path / "ferry-reports" / "fuzz" / "report.json").read_text())
+    assert report["example_database"]["failure_from_database"] is True
+
+
+def test_no_items_without_the_option(project):
+    result = run(project)
+    result.assert_outcomes(passed=1)  # only the user's own test, using the fixtures

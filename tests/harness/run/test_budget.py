@@ -1,0 +1,142 @@
+"""A budget is a promise, a hang is a finding, every run leaves a report.
+
+Real ``ferry-harness fuzz`` processes against slow, blocking and hanging stores: the whole
+run (search, shrink, replays, report) ends within ``budget × 1.1 + 10 s``, says why, and
+leaves no process behind. Each test stays under ~40 s of CI time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.check.checker import Violation
+from harness.check.history import History
+from harness.run.campaign import Campaign, CampaignConfig, Failure
+from tests.procs import group_members
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _start(target: str, budget: float, out: Path, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "harness", "fuzz", "--target", target, "--budget", str(budget),
+           "--seed", "0", "--example-db", "none", "--quiet", "--report-dir", str(out), *extra]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, float]:
+    t0 = time.perf_counter()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError(f"ferry-harness still running after {timeout}s") from None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, out + err, time.perf_counter() - t0
+
+
+def _no_survivors(proc: subprocess.Popen) -> None:
+    """Nothing of the run (workers, reader) outlives it."""
+    deadline = time.time() + 3
+    while group_members(proc.pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not group_members(proc.pid), f"processes of the run outlived it: {group_members(proc.pid)}"
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def test_a_hanging_store_fails_on_time_with_a_liveness_finding(tmp_path):
+    budget = 6.0
+    t0 = time.perf_counter()
+    proc = _start("tests.slow_stores:hang_claim", budget, tmp_path / "r")
+    code, text, _ = _finish(proc, 60)
+    wall = time.perf_counter() - t0
+    assert wall <= budget * 1.1 + 10, f"{wall:.1f}s for a {budget}s budget"
+    report = _report(tmp_path / "r")
+    assert code == 1 and report["verdict"] == "fail", text
+    v = report["violations"][0]
+    assert v["invariant"] == "liveness" and "did not return within" in v["message"]
+    assert (tmp_path / "r" / "timeline.html").exists() and (tmp_path / "r" / "report.md").exists()
+    _no_survivors(proc)
+
+
+@pytest.mark.parametrize("mode", ["stress", "schedule"])
+def test_a_ten_second_busy_timeout_store_keeps_the_budget(mode, tmp_path):
+    budget = 5.0
+    t0 = time.perf_counter()
+    proc = _start("tests.variants.bearer_immediate:make_store", budget, tmp_path / "r",
+                  "--mode", mode)
+    code, text, _ = _finish(proc, 60)
+    wall = time.perf_counter() - t0
+    report = _report(tmp_path / "r")
+    assert code == 0 and report["verdict"] == "pass", text
+    assert wall <= budget * 1.1 + 10, f"{wall:.1f}s for a {budget}s budget"
+    assert report["stats"]["examples"] >= 2 and report["stats"]["race_rounds"] > 0
+    assert report["budget"]["time_limit_s"] == pytest.approx(budget * 1.1 + 10)
+
+
+@pytest.mark.parametrize("when", [3.0, 8.0, 11.0], ids=["search", "shrink", "replay"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_in_any_phase_leaves_a_readable_report(sig, when, tmp_path):
+    """hang_claim with a 4 s budget: found at ~3 s (search), shrunk until ~9 s, replayed
+    until the limit; a signal in any phase ends the run with a report and exit 130."""
+    budget = 4.0
+    proc = _start("tests.slow_stores:hang_claim", budget, tmp_path / "r")
+    time.sleep(when)
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    code, text, _ = _finish(proc, 40)
+    report = _report(tmp_path / "r")
+    assert report["verdict"] in ("fail", "pass", "unknown")
+    assert code in (130, 1), text
+    if code == 130:
+        assert "interrupted" in text
+    assert (tmp_path / "r" / "history.jsonl").exists()
+    _no_survivors(proc)
+
+
+def test_an_unreliable_stress_example_gets_a_deterministic_schedule(tmp_path):
+    """A check-then-act claim with no widened window races rarely in stress mode; schedule
+    mode finds the interleaving that shows it, and that replays every time."""
+    cfg = CampaignConfig(target="tests.slow_stores:narrow_check_then_act", budget_s=20,
+                         report_dir=str(tmp_path / "r"))
+    camp = Campaign(cfg)
+    camp.hard_end = time.monotonic() + 30
+    steps = [{"kind": "dispatch", "target": None, "qttl": 10_000, "ettl": 50, "attempts": 1,
+              "deps": []},
+             {"kind": "race_claim", "task": 0, "agents": ["alice", "bob"]}]
+    failure = Failure(steps, History(), [Violation("single-winner", "two winners")])
+    found = camp._find_schedule(failure)
+    assert found and found["found"], found
+    hits, tries = map(int, found["reproduced"].split("/"))
+    assert hits >= 8 and tries == 10
+    assert found["schedule"]
+
+
+def test_the_pytest_gate_on_a_hanging_store_ends_quickly_naming_liveness(tmp_path):
+    """The first item that hangs is a liveness failure; the rest fail at once saying so,
+    instead of each waiting out the same hang."""
+    budget = 10.0
+    t0 = time.perf_counter()
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir",
+         str(tmp_path), "--ferry-target", "tests.slow_stores:hang_claim", "--ferry-budget",
+         str(budget)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wall = time.perf_counter() - t0
+    assert run.returncode == 1, run.stdout[-2000:]
+    assert wall <= budget * 1.1 + 10, f"{wall:.1f}s"
+    assert "[liveness]" in run.stdout and "not run: the target hung in" in run.stdout

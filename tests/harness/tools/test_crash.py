@@ -1,0 +1,51 @@
+"""``ferry-harness crash``: lifecycles with SIGKILLed workers; nothing lost, orphans at expiry."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from harness.cli.main import main
+from harness.tools.crash import Crash, CrashConfig
+from tests.procs import children_of
+
+
+def test_crash_smoke_on_the_reference_store(tmp_path, capsys):
+    rc = main(["crash", "--rounds", "60", "--workers", "3", "--seed", "5", "--kill-rate", "0.5",
+               "--report-dir", str(tmp_path), "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    for text in ("PASS", "tasks lost: 0", "duplicate completions: 0", "integrity_check: ok",
+                 "checkpoint(TRUNCATE): 0 bytes"):
+        assert text in out, out
+    rep = json.loads((tmp_path / "crash.json").read_text())
+    s = rep["summary"]
+    assert s["lifecycles"] == s["completed"] == 180
+    assert s["kills"] > 0 and s["workers_replaced"] == s["kills"]
+    assert s["orphans"] > 0 and s["orphans"] == s["reclaimed"] == s["reclaimed_at_expires"]
+    assert s["claimed_before_expiry"] == s["never_reclaimed"] == s["reclaimed_late"] == 0
+    ops = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    kills = [o for o in ops if o["op"] == "nemesis"]
+    assert len(kills) == s["kills"] and all(k["process"] == -1 for k in kills)
+    killed = {k["args"]["op_index"] for k in kills} - {None}
+    assert any(ops[i]["type"] == "info" for i in killed)  # some died mid-operation
+    assert children_of(os.getpid()) == []
+
+
+def test_crash_finds_the_stranded_task(tmp_path):
+    """pinned_lease: a holder killed between its two transactions strands its task."""
+    rep = Crash(CrashConfig(target="tests.broken_stores:pinned_lease", workers=3, rounds=80,
+                            seed=1, kill_rate=0.6)).run()
+    s = rep["summary"]
+    assert rep["verdict"] == "fail"
+    assert s["tasks_lost"] > 0 and s["never_reclaimed"] == s["tasks_lost"]
+    assert {v["invariant"] for v in rep["violations"]} == {"lease-half-open", "no-lost-task"}
+    assert s["integrity"] == "ok"  # nothing wrong with the file itself
+
+
+def test_crash_usage_errors_exit_2(capsys):
+    assert main(["crash", "--rounds", "3", "--workers", "1"]) == 2
+    assert "at least 2 workers" in capsys.readouterr().err
+    assert main(["crash", "--rounds", "3", "--target", "no_such_module:make"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
