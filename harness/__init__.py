@@ -1,0 +1,53 @@
+"""ferry's harness: race real worker processes on one SQLite WAL file, record every
+operation, and check the history against the store protocol (PROTOCOL.md).
+
+The names below are the public API; everything else may move between releases. They load
+on first use (PEP 562), so ``import harness`` stays cheap in worker processes and in every
+pytest session the plugin joins.
+
+>>> from harness import Campaign, CampaignConfig
+>>> report = Campaign(CampaignConfig(target="ferry_core:LeaseStore", budget_s=5)).run()  # doctest: +SKIP
+>>> report["verdict"]  # doctest: +SKIP
+'pass'
+
+Layers, lowest first (each imports only its own layer or lower ones; tests/test_layers.py):
+``errors`` → ``check`` (pure) → ``runtime``, ``adapters`` → ``report`` → ``run`` →
+``scenarios`` → ``tools`` → ``cli``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: public name -> the module that defines it
+_WHERE = {
+    # errors and exit codes
+    "ExitCode": "harness.errors", "FerryError": "harness.errors",
+    "UsageError": "harness.errors", "TargetError": "harness.errors",
+    "HarnessError": "harness.errors",
+    # judging a history
+    "History": "harness.check.history", "Op": "harness.check.history",
+    "ModelConfig": "harness.check.model",
+    "Checker": "harness.check.checker", "Violation": "harness.check.checker",
+    # driving a store
+    "SharedClock": "harness.runtime.clock", "load_factory": "harness.runtime.target",
+    "WorkerPool": "harness.runtime.client", "PlannedCall": "harness.runtime.client",
+    # campaigns and gates
+    "Campaign": "harness.run.campaign", "CampaignConfig": "harness.run.campaign",
+    "ferry_gate": "harness.cli.pytest_plugin",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'harness' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value  # the next lookup is a plain attribute read
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -32,6 +32,7 @@ DEFAULT_WORKERS = 4
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    # lazy: this plugin loads in every pytest session; the harness only when used
     from harness.run.example_db import ENV_VAR, SPEC_HELP
 
     group = parser.getgroup("ferry", "ferry: concurrency gate for SQLite-WAL leasing stores")
@@ -138,6 +139,7 @@ class FerryItem(pytest.Item):
         return root.joinpath(*self.name.split("/"))
 
     def runtest(self) -> None:
+        # lazy: this plugin loads in every pytest session; the harness only when used
         from harness.errors import TargetError
         from harness.runtime.target import load_factory
 
@@ -160,6 +162,7 @@ class FerryItem(pytest.Item):
             raise
 
     def _run_scenario(self) -> None:
+        # lazy: this plugin loads in every pytest session; the harness only when used
         from harness.cli.scenario import run_scenarios, write_scenario_report
         from scenarios import SCENARIOS
 
@@ -178,6 +181,7 @@ class FerryItem(pytest.Item):
             raise FerryViolation(result.invariant, result.explanation, d)
 
     def _run_fuzz(self) -> None:
+        # lazy: this plugin loads in every pytest session; the harness only when used
         from harness.run.campaign import Campaign, CampaignConfig, write_report
 
         defaults = profiles.campaign_defaults()
@@ -220,6 +224,7 @@ def _database(config: pytest.Config, report_dir: Path) -> Any:
     from hypothesis import settings
     from hypothesis.database import DirectoryBasedExampleDatabase
 
+    # lazy: this plugin loads in every pytest session; the harness only when used
     from harness.errors import ExampleDbError
     from harness.run.example_db import ENV_VAR, open_example_db
 
@@ -245,6 +250,7 @@ class FerryCollector(pytest.Collector):
     def collect(self) -> list[pytest.Item]:
         items: list[pytest.Item] = []
         if self.gate.scenarios and not self.config.getoption("--ferry-no-scenarios"):
+            # lazy: this plugin loads in every pytest session; the harness only when used
             from scenarios import SCENARIOS
 
             for name in SCENARIOS:
@@ -279,6 +285,7 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
 @pytest.fixture
 def ferry_clock() -> Any:
     """A shared millisecond clock (stop time; set it to a lease's exact boundary)."""
+    # lazy: this plugin loads in every pytest session; the harness only when used
     from harness.runtime.clock import SharedClock
 
     return SharedClock()
@@ -287,6 +294,7 @@ def ferry_clock() -> Any:
 @pytest.fixture
 def ferry_history() -> Any:
     """An empty history that ``ferry_race`` appends to and ``ferry_check`` judges."""
+    # lazy: this plugin loads in every pytest session; the harness only when used
     from harness.check.history import History
 
     return History()
@@ -299,6 +307,7 @@ def ferry_workers(request: pytest.FixtureRequest, tmp_path: Path, ferry_clock: A
     The target is ``--ferry-target`` (default ferry_core:LeaseStore), or
     ``@pytest.mark.ferry_target("mod:factory")`` on the test. Every worker is stopped after.
     """
+    # lazy: this plugin loads in every pytest session; the harness only when used
     from harness.runtime.client import WorkerPool
     from harness.runtime.target import DEFAULT_TARGET
 
@@ -318,6 +327,7 @@ def ferry_race(ferry_workers: Any, ferry_history: Any) -> Callable[..., list[Any
     Returns their ops (``type`` ok/fail/info, ``value``, ``error``), also appended to
     ``ferry_history``.
     """
+    # lazy: this plugin loads in every pytest session; the harness only when used
     from harness.runtime.client import PlannedCall
 
     def race(op: str, args: list[dict[str, Any]] | dict[str, Any] | None = None, *,
@@ -340,6 +350,7 @@ def ferry_check() -> Callable[..., list[Any]]:
     or ``harness.tools.recorder``); raise on a violation or an undecided object (``strict``) or
     return the violations. ``capabilities`` holds a partial target to what it has (default:
     a full protocol store)."""
+    # lazy: this plugin loads in every pytest session; the harness only when used
     from harness.check.history import History
     from harness.cli.check import check_history
 

@@ -106,7 +106,7 @@ directory runs it again. Budget: `pytest --ferry-budget 60`, or `budget=` below;
 options are in `pytest --help` under "ferry".
 """
 
-from harness.cli.pytest_plugin import ferry_gate
+from harness import ferry_gate
 
 gate = ferry_gate("${name}:make_store")
 '''
