@@ -12,8 +12,9 @@ import pytest
 
 from ferry_core import LeaseStore
 from harness.cli.main import main
+from harness.errors import TargetError, UsageError
 from harness.tools.bench import matrix, report, runner, stats
-from harness.tools.bench.targets import AS_IS, resolve_target
+from harness.tools.bench.targets import AS_IS, BenchUsageError, resolve_target
 from harness.tools.bench.worker import WorkerResult
 from tests.procs import children_of
 
@@ -231,6 +232,11 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
     assert_no_children_left(before)
+
+
+def test_bench_usage_errors_are_usage_errors_not_target_errors():
+    assert issubclass(BenchUsageError, UsageError)
+    assert not issubclass(BenchUsageError, TargetError)
 
 
 def test_cli_end_to_end_writes_json(tmp_path, capsys):
