@@ -27,13 +27,14 @@ from .types import (
     TERMINAL,
     TIMED_OUT,
     Claim,
+    ClaimStats,
     Salvage,
     TaskView,
 )
 
 __all__ = [
     "CLAIMED", "COMPLETED", "FAILED", "STATES", "SUBMITTED", "TERMINAL", "TIMED_OUT",
-    "SCHEMA_VERSION", "Claim", "Clock", "FerryError", "InvalidArgument", "InvalidToken",
+    "SCHEMA_VERSION", "Claim", "ClaimStats", "Clock", "FerryError", "InvalidArgument", "InvalidToken",
     "LeaseExpired", "LeaseStore", "LimitExceeded", "ManualClock", "NotFound",
     "PermissionDenied", "Salvage", "StoreError", "SystemClock", "TaskView", "TokenRequired",
     "WrongState", "cas_store", "errors", "immediate_store",

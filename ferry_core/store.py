@@ -23,7 +23,7 @@ from . import errors
 from .busy import POLICIES, BusyPolicy, make_busy_policy
 from .clock import Clock, SystemClock
 from .schema import DDL, OWN_TABLES, SCHEMA_VERSION, V2_DDL
-from .types import CLAIMED, COMPLETED, SUBMITTED, Claim, Salvage, TaskView
+from .types import CLAIMED, COMPLETED, SUBMITTED, Claim, ClaimStats, Salvage, TaskView
 
 DEFAULT_QUEUE_TTL_MS = 3_600_000
 DEFAULT_EXEC_TTL_MS = 300_000
@@ -153,6 +153,7 @@ class LeaseStore:
         self.max_releases = _non_negative_int("max_releases", max_releases)
         self.wal_limit_bytes = _positive_int("wal_limit_bytes", wal_limit_bytes)
         self._writes = 0
+        self._claim_attempts = self._claim_misses = self._claim_empty = 0  # see claim_stats
         if isinstance(busy_policy, str) and busy_policy not in POLICIES:
             raise errors.InvalidArgument(  # before the file is created or touched
                 f"busy_policy must be one of {sorted(POLICIES)}, got {busy_policy!r}")
@@ -333,6 +334,30 @@ class LeaseStore:
         max_attempts: int = 1,
     ) -> str:
         """Insert a SUBMITTED task and return its id. Dependencies must already exist."""
+        return self.dispatch_many(
+            [payload], target_agent=target_agent, title=title, requester=requester,
+            depends_on=depends_on, queue_ttl_ms=queue_ttl_ms, exec_ttl_ms=exec_ttl_ms,
+            max_attempts=max_attempts)[0]
+
+    def dispatch_many(
+        self,
+        payloads: Iterable[Any],
+        *,
+        target_agent: str | None = None,
+        title: str = "",
+        requester: str = "",
+        depends_on: Iterable[str] = (),
+        queue_ttl_ms: int = DEFAULT_QUEUE_TTL_MS,
+        exec_ttl_ms: int = DEFAULT_EXEC_TTL_MS,
+        max_attempts: int = 1,
+    ) -> list[str]:
+        """Insert one task per payload in ONE write transaction; their ids, in order.
+
+        Each task is exactly the one ``dispatch(target_agent, payload=p, ...)`` inserts (the
+        same validation, columns, dependency rules and triggers), so filling a queue of N
+        tasks costs one commit instead of N. All or nothing: an invalid argument or payload
+        refuses the whole batch before anything is written. No payloads: no write, ``[]``.
+        """
         if target_agent is not None:
             _name("target_agent", target_agent)
         if not isinstance(title, str) or not isinstance(requester, str):
@@ -348,9 +373,14 @@ class LeaseStore:
         deps = list(dict.fromkeys(depends_on))
         for dep in deps:
             _name("dependency id", dep)
-        payload_json = _to_json("payload", payload)
+        if isinstance(payloads, (str, bytes)) or not isinstance(payloads, Iterable):
+            raise errors.InvalidArgument(
+                f"payloads must be a list of payloads, got {type(payloads).__name__}")
+        payload_jsons = [_to_json("payload", p) for p in payloads]
+        if not payload_jsons:
+            return []
         now = self._now()
-        task_id = uuid.uuid4().hex
+        task_ids = [uuid.uuid4().hex for _ in payload_jsons]
         with self._tx() as conn:
             self._apply_due(conn, now)
             statuses: dict[str, str] = {}
@@ -365,20 +395,20 @@ class LeaseStore:
             if dead:
                 status, done_at = "FAILED", now
                 reason = f"dependency {dead[0]} ended {statuses[dead[0]]}"
-            conn.execute(
+            conn.executemany(
                 "INSERT INTO tasks(task_id, status, target_agent, title, payload, requester,"
                 " queue_ttl_ms, exec_ttl_ms, max_attempts, created_at, queued_at,"
                 " queue_deadline, pending_deps, error_reason, completed_at)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (task_id, status, target_agent, title, payload_json, requester, queue_ttl_ms,
-                 exec_ttl_ms, max_attempts, now, now, now + queue_ttl_ms, pending, reason,
-                 done_at),
+                [(task_id, status, target_agent, title, payload_json, requester, queue_ttl_ms,
+                  exec_ttl_ms, max_attempts, now, now, now + queue_ttl_ms, pending, reason,
+                  done_at) for task_id, payload_json in zip(task_ids, payload_jsons, strict=True)],
             )
             conn.executemany(
                 "INSERT INTO task_deps(task_id, depends_on) VALUES (?,?)",
-                [(task_id, d) for d in deps],
+                [(task_id, d) for task_id in task_ids for d in deps],
             )
-        return task_id
+        return task_ids
 
     # ------------------------------------------------------------------ sweep
     _DUE_SQL = (
@@ -516,7 +546,9 @@ class LeaseStore:
         rows = conn.execute(
             self._CLAIM_SET, {"agent": agent_id, "token": token, "now": now, "task_id": task_id}
         ).fetchall()
+        self._claim_attempts += 1
         if len(rows) != 1:
+            self._claim_misses += 1
             return None
         if not conn.in_transaction:
             self._wrote()  # an autocommit CAS: one committed write
@@ -534,12 +566,20 @@ class LeaseStore:
         token = str(uuid.uuid4())
         rows = conn.execute(self._CLAIM_NEXT, {"agent": agent_id, "token": token, "now": now}
                             ).fetchall()
+        self._claim_attempts += 1
         if not rows:
+            self._claim_empty += 1
             return None
         if not conn.in_transaction:
             self._wrote()
         task_id, claimed_at, expires, attempt = rows[0]
         return Claim(task_id, agent_id, token, claimed_at, expires, attempt)
+
+    def claim_stats(self) -> ClaimStats:
+        """Counts of this instance's claiming statements since it was opened (see
+        ``ClaimStats``): how often a CAS lost its race, without wrapping the store."""
+        return ClaimStats(attempts=self._claim_attempts, misses=self._claim_misses,
+                          empty=self._claim_empty)
 
     def _poll_check(self, agent_id: str, now: int) -> tuple[int, int]:
         """The read phase of a poll: (an expiry is due, a task is ready). No lock, no write."""
@@ -597,17 +637,26 @@ class LeaseStore:
         with self._tx() as conn:
             return self._apply_due(conn, now)
 
-    def claim(self, task_id: str, agent_id: str) -> Claim | None:
-        """Claim this one task if it is ready for this agent; None if it is not."""
+    def claim(self, task_id: str, agent_id: str, *, sweep: bool = True) -> Claim | None:
+        """Claim this one task if it is ready for this agent; None if it is not.
+
+        ``sweep=False`` skips the sweep before the claim: the call is then the claiming
+        UPDATE alone (what ``ferry-harness bench`` measures as the store's own write cost).
+        The UPDATE's WHERE clause still refuses a task whose queue window ended, so the
+        claim is never wrong; a task whose lease expired stays CLAIMED (and refused) until
+        some call sweeps.
+        """
         _name("task_id", task_id)
         _name("agent_id", agent_id)
         now = self._now()
         if self.claim_strategy == "immediate":
             with self._tx() as conn:
-                self._apply_due(conn, now)
+                if sweep:
+                    self._apply_due(conn, now)
                 claim = self._cas_claim(conn, task_id, agent_id, now)
         else:
-            self.sweep_at(now)
+            if sweep:
+                self.sweep_at(now)
             try:
                 with self._writing():
                     claim = self._busy.run(

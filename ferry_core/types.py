@@ -74,3 +74,25 @@ class Salvage:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimStats:
+    """How one store instance's claiming statements went since it was opened (counted by
+    the store itself, per process: add the instances up for a fleet).
+
+    A statement that raised (busy, an error) is not counted; its retry is.
+    """
+
+    #: claiming statements that ran: compare-and-swap UPDATEs of one named task plus
+    #: one-statement claims of the oldest ready task (``claim`` and ``poll_next``).
+    attempts: int
+    #: CAS UPDATEs that changed no row: the task was no longer claimable (another process
+    #: took it first, or it was never ready). Always <= ``attempts``.
+    misses: int
+    #: one-statement claims that found no ready task under the write lock. They pick while
+    #: holding the lock, so they cannot lose a race: this is not a miss.
+    empty: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

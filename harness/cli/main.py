@@ -294,7 +294,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 # Further subcommands live in their own modules, each with
 # ``register(subparsers) -> handler`` where ``handler(args) -> int`` (exit code).
-PLUGIN_COMMANDS = ("harness.tools.bench", "harness.cli.scenario", "harness.cli.crash", "harness.tools.new_target",
+PLUGIN_COMMANDS = ("harness.cli.bench", "harness.cli.scenario", "harness.cli.crash", "harness.tools.new_target",
                    "harness.cli.check")
 
 

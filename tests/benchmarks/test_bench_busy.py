@@ -17,9 +17,14 @@ import pytest
 
 from ferry_core import LeaseStore, ManualClock
 from ferry_core.busy import POLICIES
-from harness.tools.bench import _bulk_dispatch_lease_store
 
 ROWS = 200_000
+
+
+def _fill(store: LeaseStore, n: int) -> list[str]:
+    """``n`` ready tasks in one transaction (as the bench fills its queue)."""
+    return store.dispatch_many([{"n": i} for i in range(n)], requester="bench",
+                               queue_ttl_ms=86_400_000, exec_ttl_ms=3_600_000)
 
 
 def test_bench_raw_ceiling_update(benchmark, tmp_path):
@@ -48,10 +53,10 @@ def test_bench_claim_update_alone(benchmark, tmp_path):
     """ferry_core's claiming UPDATE (token trigger, partial indexes), no pick, no sweep."""
     benchmark.group = "single-statement writes"
     with LeaseStore(str(tmp_path / "s.db"), clock=ManualClock(1_000_000)) as s:
-        ids = iter(_bulk_dispatch_lease_store(s, 3_000))
+        ids = iter(_fill(s, 3_000))
 
         def claim():
-            assert s._cas_claim(s._conn, next(ids), "bench", s.clock()) is not None
+            assert s.claim(next(ids), "bench", sweep=False) is not None
 
         benchmark.pedantic(claim, rounds=2_000, warmup_rounds=20)
 
@@ -61,7 +66,7 @@ def test_bench_uncontended_claim_fulfill_per_policy(benchmark, tmp_path, policy)
     benchmark.group = "uncontended claim+fulfill by busy policy"
     with LeaseStore(str(tmp_path / "p.db"), clock=ManualClock(1_000_000),
                     busy_policy=policy) as s:
-        _bulk_dispatch_lease_store(s, 3_000)
+        _fill(s, 3_000)
 
         def lifecycle():
             c = s.poll_next("bench")

@@ -6,8 +6,6 @@ these double as smoke tests; ``--benchmark-only`` measures for real.
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from ferry_core import CLAIMED, COMPLETED, LeaseStore, ManualClock
@@ -70,18 +68,9 @@ def test_bench_fulfill_path(benchmark, store, clock):
 
 
 def _build_queue(path: str, size: int) -> None:
-    """``size`` ready SUBMITTED tasks in one executemany, mirroring dispatch's columns."""
+    """``size`` ready SUBMITTED tasks in one transaction (``dispatch_many``)."""
     with LeaseStore(path, clock=ManualClock(T0)) as s:
-        qttl, ettl = 10**9, 600_000
-        rows = [(uuid.uuid4().hex, "SUBMITTED", None, "", None, "", qttl, ettl, 1, T0, T0,
-                 T0 + qttl, 0) for _ in range(size)]
-        conn = s._conn
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(
-            "INSERT INTO tasks(task_id, status, target_agent, title, payload, requester,"
-            " queue_ttl_ms, exec_ttl_ms, max_attempts, created_at, queued_at, queue_deadline,"
-            " pending_deps) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-        conn.execute("COMMIT")
+        s.dispatch_many([None] * size, queue_ttl_ms=10**9, exec_ttl_ms=600_000)
         s.checkpoint("TRUNCATE")
 
 

@@ -12,7 +12,10 @@ import pytest
 
 from ferry_core import LeaseStore
 from harness.cli.main import main
-from harness.tools import bench
+from harness.errors import TargetError, UsageError
+from harness.tools.bench import matrix, report, runner, stats
+from harness.tools.bench.targets import AS_IS, BenchUsageError, resolve_target
+from harness.tools.bench.worker import WorkerResult
 from tests.procs import children_of
 
 RUN_KEYS = ("workers", "strategy", "busy_policy", "claims_per_s", "lifecycles_per_s",
@@ -79,7 +82,7 @@ def twice_store(path: str, *, clock) -> LeaseStore:
 @pytest.fixture(scope="module")
 def small_result():
     before = set(children_of(os.getpid()))
-    result = bench.run_bench(workers=[1, 3], strategies=["cas", "immediate"],
+    result = matrix.run_bench(workers=[1, 3], strategies=["cas", "immediate"],
                              policies=["hybrid", "jitter", "stock"], tasks=TASKS,
                              ceiling_updates=2_000, ceiling_samples=1, timeout_s=60)
     assert_no_children_left(before)
@@ -113,16 +116,16 @@ def test_every_key_is_there_and_every_task_was_claimed_once(small_result):
 
 
 def test_statistics():
-    assert bench.jain([5, 5, 5]) == pytest.approx(1.0)
-    assert bench.jain([10, 0, 0, 0]) == pytest.approx(0.25)
+    assert stats.jain([5, 5, 5]) == pytest.approx(1.0)
+    assert stats.jain([10, 0, 0, 0]) == pytest.approx(0.25)
     xs = sorted(range(1, 1001))
-    assert bench.percentile(xs, 0.5) == 500 and bench.percentile(xs, 0.999) == 999
-    assert bench.percentile(xs, 1.0) == 1000 and bench.percentile([], 0.5) == 0.0
+    assert stats.percentile(xs, 0.5) == 500 and stats.percentile(xs, 0.999) == 999
+    assert stats.percentile(xs, 1.0) == 1000 and stats.percentile([], 0.5) == 0.0
 
 
 def test_report_with_plots(small_result, tmp_path):
     pytest.importorskip("matplotlib")
-    files = bench.write_report(dict(small_result), str(tmp_path))
+    files = report.write_report(dict(small_result), str(tmp_path))
     assert {"report.md", "bench.json", "throughput.png", "latency.png", "share.png"} <= set(files)
     for name in files:
         assert (tmp_path / name).stat().st_size > 0
@@ -133,8 +136,8 @@ def test_report_with_plots(small_result, tmp_path):
 
 
 def test_report_without_matplotlib_skips_plots_with_a_note(small_result, tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "harness.tools.bench_plots", None)  # import -> ImportError
-    files = bench.write_report(dict(small_result), str(tmp_path))
+    monkeypatch.setitem(sys.modules, "harness.tools.bench.plots", None)  # import -> ImportError
+    files = report.write_report(dict(small_result), str(tmp_path))
     assert files == ["report.md", "bench.json"]
     assert "Plots skipped" in (tmp_path / "report.md").read_text()
     assert not list(tmp_path.glob("*.png"))
@@ -142,19 +145,19 @@ def test_report_without_matplotlib_skips_plots_with_a_note(small_result, tmp_pat
 
 def test_other_targets_are_measured_as_they_are():
     before = set(children_of(os.getpid()))
-    res = bench.run_bench(f"{__name__}:stock_store", workers=[2], strategies=["immediate"],
+    res = matrix.run_bench(f"{__name__}:stock_store", workers=[2], strategies=["immediate"],
                           policies=["jitter"], tasks=100, ceiling_updates=1_000,
                           ceiling_samples=1, timeout_s=60)
     assert_no_children_left(before)
     (run,) = res["runs"]
-    assert (run["strategy"], run["busy_policy"]) == (bench.AS_IS, bench.AS_IS)
+    assert (run["strategy"], run["busy_policy"]) == (AS_IS, AS_IS)
     assert sum(run["per_worker_claims"]) == 100 and run["cas_miss_source"] == "poll-none"
     assert any("not ferry_core" in n for n in res["notes"])
 
 
 def test_several_targets_are_compared_in_one_interleaved_run():
     before = set(children_of(os.getpid()))
-    res = bench.run_bench(f"ferry_core:LeaseStore,{__name__}:stock_store", workers=[1, 2],
+    res = matrix.run_bench(f"ferry_core:LeaseStore,{__name__}:stock_store", workers=[1, 2],
                           strategies=["cas"], policies=["hybrid"], tasks=60, repeat=2,
                           ceiling_updates=1_000, ceiling_samples=1, timeout_s=60)
     assert_no_children_left(before)
@@ -165,7 +168,7 @@ def test_several_targets_are_compared_in_one_interleaved_run():
         assert r["verified"]["ok"] and r["verified"]["completed_distinct"] == 60, r["verified"]
         assert r["raw_half"] == pytest.approx(r["ceiling"] / 2)
         assert r["lifecycle_ratio"] == pytest.approx(r["lifecycles_per_s"] / r["raw_half"])
-    table = bench.compare_table(res)
+    table = report.compare_table(res)
     assert sum(1 for line in table if line.startswith("| ferry_core cas/hybrid |")) == 1
     assert sum(1 for line in table if line.startswith("| test_bench:stock_store |")) == 1
     core = [r for r in res["runs"] if r["label"].startswith("ferry_core")]
@@ -173,13 +176,15 @@ def test_several_targets_are_compared_in_one_interleaved_run():
 
 
 def test_verify_delivery_counts_duplicates_and_losses():
-    ok = {0: {"claimed_ids": ["a", "b"], "done_ids": ["a", "b"]}}
-    assert bench.verify_delivery(ok, 2)["ok"]
-    dup = {0: {"claimed_ids": ["a", "b"], "done_ids": ["a", "b"]},
-           1: {"claimed_ids": ["a"], "done_ids": ["a"]}}
-    v = bench.verify_delivery(dup, 2)
+    def worker(slot, claimed, done):
+        return WorkerResult(slot=slot, claimed_ids=tuple(claimed), done_ids=tuple(done))
+
+    ok = {0: worker(0, ["a", "b"], ["a", "b"])}
+    assert runner.verify_delivery(ok, 2)["ok"]
+    dup = {0: worker(0, ["a", "b"], ["a", "b"]), 1: worker(1, ["a"], ["a"])}
+    v = runner.verify_delivery(dup, 2)
     assert not v["ok"] and v["claimed_twice"] == 1 and v["completed_twice"] == 1
-    lost = bench.verify_delivery({0: {"claimed_ids": ["a"], "done_ids": ["a"]}}, 2)
+    lost = runner.verify_delivery({0: worker(0, ["a"], ["a"])}, 2)
     assert not lost["ok"] and lost["never_completed"] == 1
 
 
@@ -194,19 +199,18 @@ def test_a_store_that_delivers_twice_fails_the_bench_with_exit_1(capsys):
 
 def test_a_hanging_store_is_killed_at_the_timeout(tmp_path):
     before = set(children_of(os.getpid()))
-    tgt = bench.resolve_target(f"{__name__}:hanging_store")
+    tgt = resolve_target(f"{__name__}:hanging_store")
     t0 = time.monotonic()
-    rec = bench.run_one(tgt, 2, bench.AS_IS, bench.AS_IS, 20, str(tmp_path), timeout_s=1.0)
+    rec = runner.run_one(tgt, 2, AS_IS, AS_IS, 20, str(tmp_path), timeout_s=1.0)
     assert time.monotonic() - t0 < 10
     assert "did not finish" in rec["error"]
     assert_no_children_left(before)
 
 
-def test_a_store_that_never_hands_out_tasks_stalls_and_says_so(monkeypatch, tmp_path):
-    monkeypatch.setattr(bench, "STALL_S", 0.3)
+def test_a_store_that_never_hands_out_tasks_stalls_and_says_so(tmp_path):
     before = set(children_of(os.getpid()))
-    tgt = bench.resolve_target(f"{__name__}:empty_store")
-    rec = bench.run_one(tgt, 2, bench.AS_IS, bench.AS_IS, 20, str(tmp_path), timeout_s=20)
+    tgt = resolve_target(f"{__name__}:empty_store")
+    rec = runner.run_one(tgt, 2, AS_IS, AS_IS, 20, str(tmp_path), timeout_s=20, stall_s=0.3)
     assert "stalled" in rec["error"] and rec["claims"] == 0
     assert rec["cas_miss_ratio"] == 1.0
     assert_no_children_left(before)
@@ -228,6 +232,11 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
     assert_no_children_left(before)
+
+
+def test_bench_usage_errors_are_usage_errors_not_target_errors():
+    assert issubclass(BenchUsageError, UsageError)
+    assert not issubclass(BenchUsageError, TargetError)
 
 
 def test_cli_end_to_end_writes_json(tmp_path, capsys):

@@ -1,7 +1,7 @@
 """PNG plots for ``ferry-harness bench`` (needs matplotlib: ``pip install 'ferry[plots]'``).
 
-Imported lazily by :mod:`harness.tools.bench`; without matplotlib the import fails and the bench
-writes its report without plots.
+Imported lazily by :mod:`harness.tools.bench.report`; without matplotlib the import fails
+and the bench writes its report without plots.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ matplotlib.use("Agg")  # files only, never a window
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness.tools.bench import HIST_EDGES_MS  # noqa: E402
+from harness.tools.bench.stats import HIST_EDGES_MS  # noqa: E402
 
 _DPI = 110
 
