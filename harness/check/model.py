@@ -22,8 +22,17 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ferry_core.types import CLAIMED, COMPLETED, FAILED, SUBMITTED, TERMINAL, TIMED_OUT
 from harness.check.history import FAIL, INFO, OK, Op
+
+# The task states of PROTOCOL.md: the model's own words (the check layer takes nothing from
+# the reference store it judges).
+SUBMITTED = "SUBMITTED"
+CLAIMED = "CLAIMED"
+COMPLETED = "COMPLETED"
+FAILED = "FAILED"
+TIMED_OUT = "TIMED_OUT"
+TERMINAL = frozenset({COMPLETED, FAILED, TIMED_OUT})
+STATES = frozenset({SUBMITTED, CLAIMED, COMPLETED, FAILED, TIMED_OUT})
 
 UNKNOWN_TOKEN = "<unknown: claimed by an indeterminate op>"
 UNKNOWN_TTL = -1  # exec_ttl_ms not given at dispatch: taken from the first claim

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 from harness.check.history import OK, Op
 from harness.check.invariant import Violation, hashable
-from harness.check.model import canonical
+from harness.check.model import COMPLETED, STATES, canonical
 from harness.check.runstate import RunState
-
-STATES = frozenset({"SUBMITTED", "CLAIMED", "COMPLETED", "FAILED", "TIMED_OUT"})
-COMPLETED = "COMPLETED"
 
 
 class InspectShowsAll:
