@@ -13,6 +13,7 @@ from harness.check.history import FAIL, INFO
 from harness.check.invariant import INVARIANTS, NEEDS
 from harness.check.invariants.crash_audit import FINAL_READ, crash_invariants
 from harness.check.invariants.expectations import EXPECT, ScenarioExpectations
+from harness.check.ops import FEATURES, PROTOCOL, STRICT_CHOICES
 from harness.errors import HarnessError
 from tests.histories import TOKEN_A, TOKEN_B, Recorder
 
@@ -20,11 +21,13 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_every_invariant_names_ids_and_needs_from_the_catalogue():
+    known = set(PROTOCOL) | set(FEATURES) | set(STRICT_CHOICES) | {"dag", "wal-file"}
     for inv in [*fuzz_invariants(), *crash_invariants(), ScenarioExpectations()]:
         assert inv.ids and set(inv.ids) <= set(INVARIANTS), inv.name
-        caps = {c for need in NEEDS.values() for n in need for c in n.split("|")}
         for need in inv.needs:
-            assert set(need.split("|")) <= caps | {"get", "inspect", "salvaged", "sweep"}, need
+            assert set(need.split("|")) <= known, (inv.name, need)
+    for need in NEEDS.values():  # the catalogue speaks the same language
+        assert {c for n in need for c in n.split("|")} <= known
 
 
 class _Broken:
