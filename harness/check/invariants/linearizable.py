@@ -16,7 +16,7 @@ class PerObjectSearch:
 
     name = "per-object-search"
     ids = tuple(INVARIANTS)  # the model classifies a failing step under any rule
-    needs = ("dispatch", "claim|poll_next")
+    needs = ("dispatch|acquire_lock",)  # any task or lock to search
     sees_invalid_args = True
 
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
