@@ -7,7 +7,8 @@ makes runs in a real worker process and is recorded as an :class:`~harness.check
 After each call or race the harness :class:`~harness.check.checker.Checker` looks at what changed;
 the first violation ends the scenario (:class:`Stop`). A scenario may state an extra
 expectation with :meth:`Session.expect` only where no checker rule covers it, and must
-name the invariant id (PROTOCOL.md#invariants) that expectation belongs to.
+name the invariant id (PROTOCOL.md#invariants) that expectation belongs to; the session's
+Checker judges it too (the fuzz invariants plus ``scenario-expectations``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.check import ops as ops_module
-from harness.check.checker import INVARIANTS, Checker, Violation
+from harness.check.checker import INVARIANTS, Checker, Violation, fuzz_invariants
 from harness.check.history import OK, History, Op
+from harness.check.invariants.expectations import EXPECT, ScenarioExpectations
 from harness.check.model import ModelConfig
 from harness.errors import HarnessError
 from harness.run.executor import Executor
@@ -136,8 +138,9 @@ class Session(Executor):
     def __init__(self, ctx: ScenarioContext, scenario: Scenario) -> None:
         ctx.runs += 1
         path = os.path.join(ctx.workdir, f"{scenario.name}.db")
+        checks = [*fuzz_invariants(ctx.wal_bound_bytes), ScenarioExpectations()]
         super().__init__(ctx.pool, ctx.clock, path, example=ctx.runs,
-                         checker=Checker(ModelConfig(), wal_bound_bytes=ctx.wal_bound_bytes))
+                         checker=Checker(ModelConfig(), invariants=checks))
         self.scenario = scenario
         self.max_rounds = ctx.max_rounds
         self.rounds_run = 0
@@ -186,14 +189,25 @@ class Session(Executor):
             raise Stop
 
     def expect(self, ok: bool, invariant: str, message: str, ops: Iterable[Op] = ()) -> None:
-        """A scenario-specific expectation that no checker rule covers, under its invariant id."""
+        """A scenario-specific expectation that no checker rule covers, under its invariant id.
+
+        One that does not hold is recorded as an ``expect`` op and judged by the session's
+        Checker (:mod:`harness.check.invariants.expectations`), which stops the scenario."""
         if ok:
             return
         if invariant not in INVARIANTS:
             raise ValueError(f"unknown invariant id {invariant!r}")
-        self.violations.append(Violation(invariant, message, ops=[o.index for o in ops],
-                                         detail={"scenario": self.scenario.name}))
-        raise Stop
+        t = time.monotonic_ns()
+        op = self.history.append(Op(
+            index=self.history.next_index(), process=-1, agent="scenario", op=EXPECT,
+            args={"invariant": invariant, "message": message, "ops": [o.index for o in ops],
+                  "scenario": self.scenario.name},
+            invoke_ns=t, now=self.clock(), complete_ns=t, type=OK, value=False,
+            example=self.example))
+        self._checked([op])
+        raise HarnessError(f"scenario {self.scenario.name}: the Checker did not report the "
+                           f"failed expectation {invariant!r} (is scenario-expectations "
+                           "among its invariants?)")
 
     # ------------------------------------------------------------------ acting
     def call(self, slot: int, op: str, agent: str, **args: Any) -> Op:

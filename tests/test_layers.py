@@ -84,9 +84,12 @@ def _edges(root: Path = ROOT) -> list[Edge]:
         lazy_nodes = {id(n) for f in ast.walk(tree)
                       if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                       for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        typing_only = {id(n) for f in ast.walk(tree)
+                       if isinstance(f, ast.If) and "TYPE_CHECKING" in ast.unparse(f.test)
+                       for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
         for node in ast.walk(tree):
-            if not isinstance(node, (ast.Import, ast.ImportFrom)):
-                continue
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in typing_only:
+                continue  # `if TYPE_CHECKING:` imports are for annotations: no runtime edge
             commented = _says_why(lines, node)
             if isinstance(node, ast.Import):
                 targets: list[tuple[str, tuple[str, ...]]] = [(a.name, ()) for a in node.names]

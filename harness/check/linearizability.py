@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.check.history import INFO, LOCK_OPS, OK, Op
-from harness.check.model import ModelConfig, TaskState, Verdict, _holds, step_lock, step_task
+from harness.check.model import ModelConfig, TaskState, Verdict, holds_value, step_lock, step_task
 
 Step = Callable[[Any, Op], Verdict]
 # (state, op) -> True when no extension of ``state`` can ever make ``op`` legal
@@ -124,7 +124,7 @@ def match_salvage(expected: tuple[Any, ...], segs: tuple[tuple[int, int], ...], 
                         if rest is not None:
                             res = [idx, *rest]
                             break
-                    if j < len(got) and _holds(got[j], want):
+                    if j < len(got) and holds_value(got[j], want):
                         rest = f(bi, used | 1 << t, j + 1)
                         if rest is not None:
                             res = [idx, *rest]

@@ -22,8 +22,17 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ferry_core.types import CLAIMED, COMPLETED, FAILED, SUBMITTED, TERMINAL, TIMED_OUT
 from harness.check.history import FAIL, INFO, OK, Op
+
+# The task states of PROTOCOL.md: the model's own words (the check layer takes nothing from
+# the reference store it judges).
+SUBMITTED = "SUBMITTED"
+CLAIMED = "CLAIMED"
+COMPLETED = "COMPLETED"
+FAILED = "FAILED"
+TIMED_OUT = "TIMED_OUT"
+TERMINAL = frozenset({COMPLETED, FAILED, TIMED_OUT})
+STATES = frozenset({SUBMITTED, CLAIMED, COMPLETED, FAILED, TIMED_OUT})
 
 UNKNOWN_TOKEN = "<unknown: claimed by an indeterminate op>"
 UNKNOWN_TTL = -1  # exec_ttl_ms not given at dispatch: taken from the first claim
@@ -82,7 +91,9 @@ def _illegal(state: Any, invariant: str, why: str) -> Verdict:
     return Verdict(False, state, invariant, why)
 
 
-def _j(value: Any) -> str:
+def canonical(value: Any) -> str:
+    """``value`` as canonical JSON text (sorted keys, no spaces): two values are the same
+    result exactly when their texts are equal, whatever their key order."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
@@ -320,7 +331,7 @@ def _late_salvage(st: TaskState, op: Op, cfg: ModelConfig) -> TaskState:
     required = op.op == "fulfill" and op.error == "LeaseExpired" and holder and alone
     value = op.args.get("result") if op.op == "fulfill" else op.args.get("reason")
     kind = "late_result" if op.op == "fulfill" else "late_failure"
-    return replace(st, salvage=st.salvage + ((kind, op.agent, _j(value), required),))
+    return replace(st, salvage=st.salvage + ((kind, op.agent, canonical(value), required),))
 
 
 def bad_arguments(op: Op, cfg: ModelConfig | None = None) -> str | None:
@@ -448,7 +459,7 @@ def _apply_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
             f"{op.op} of task {st.task_id} accepted past its limit ({limit}): {what} must be "
             "refused with LimitExceeded"))
     if op.op == "fulfill":
-        return _legal(replace(st, status=COMPLETED, result=_j(op.args.get("result")),
+        return _legal(replace(st, status=COMPLETED, result=canonical(op.args.get("result")),
                               token=None, lapsed=None))
     if op.op == "fail":
         return _legal(replace(st, status=FAILED, token=None, lapsed=None))
@@ -466,7 +477,7 @@ def _apply_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
             return _illegal(st, "lease-half-open", f"extend returned {op.value}, expected {want}")
         return _legal(replace(st, expires=want, extend_count=st.extend_count + 1))
     if op.op == "salvage":
-        entry = ("partial", op.agent, _j(op.args.get("partial")), True)
+        entry = ("partial", op.agent, canonical(op.args.get("partial")), True)
         return _legal(replace(st, salvage=st.salvage + (entry,)))
     raise ValueError(op.op)
 
@@ -538,9 +549,9 @@ def _do_get(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
         return _illegal(st, "no-lost-task", f"get({st.task_id}) at t={op.now}: {bad}")
     if "claim_token" in view or "token" in view:
         return _illegal(st, "token-unique", "a read API exposed the claim token")
-    if cfg.results and st.status == COMPLETED and _j(view.get("result")) != st.result:
+    if cfg.results and st.status == COMPLETED and canonical(view.get("result")) != st.result:
         return _illegal(st, "no-lost-task", (
-            f"task {st.task_id} result is {_j(view.get('result'))}, accepted was {st.result}"))
+            f"task {st.task_id} result is {canonical(view.get('result'))}, accepted was {st.result}"))
     if st.status == CLAIMED and view.get("claimed_by") not in (None, st.holder):
         return _illegal(st, "single-winner", (
             f"task {st.task_id} shows holder {view.get('claimed_by')!r}, model {st.holder!r}"))
@@ -549,18 +560,18 @@ def _do_get(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
     return _legal(st)
 
 
-def _holds(entry: Any, want: str) -> bool:
+def holds_value(entry: Any, want: str) -> bool:
     """Does one ``salvaged()`` entry hold the value whose JSON is ``want``? PROTOCOL.md#freedoms-a-correct-store-may-take leaves
     the shape free: the value itself, nested anywhere in a dict or list, or JSON text."""
-    if _j(entry) == want:
+    if canonical(entry) == want:
         return True
     if isinstance(entry, dict):
-        return any(_holds(v, want) for v in entry.values())
+        return any(holds_value(v, want) for v in entry.values())
     if isinstance(entry, (list, tuple)):
-        return any(_holds(v, want) for v in entry)
+        return any(holds_value(v, want) for v in entry)
     if isinstance(entry, str) and entry[:1] in "{[\"":
         try:
-            return _holds(json.loads(entry), want)
+            return holds_value(json.loads(entry), want)
         except ValueError:
             return False
     return False
@@ -577,7 +588,7 @@ def _salvage_matches(expected: tuple[tuple[str, str, str, bool], ...], got: list
             else:
                 _, _, want, required = expected[i]
                 res = (not required and ok(i + 1, j)) or (
-                    j < len(got) and _holds(got[j], want) and ok(i + 1, j + 1))
+                    j < len(got) and holds_value(got[j], want) and ok(i + 1, j + 1))
                 memo[i, j] = res
         return memo[i, j]
 
@@ -590,12 +601,12 @@ def _do_salvaged(st: TaskState, op: Op) -> Verdict:
         return _legal(st)
     required = [e for e in st.salvage if e[3]]
     for kind, agent, data, _ in required:
-        if not any(_holds(g, data) for g in got):
+        if not any(holds_value(g, data) for g in got):
             return _illegal(st, "no-lost-task", (
                 f"salvaged({st.task_id}) lost a {kind} from {agent!r}: {data} is in none of "
                 f"its {len(got)} entries"))
     return _illegal(st, "no-lost-task", (
-        f"salvaged({st.task_id}) returned {len(got)} entries {_j(got)[:200]}; the model "
+        f"salvaged({st.task_id}) returned {len(got)} entries {canonical(got)[:200]}; the model "
         f"expects the kept values {[e[2] for e in st.salvage]} in append order "
         f"({len(required)} required), one entry each: an entry written by a refused call, "
         "or one out of order"))

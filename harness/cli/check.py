@@ -2,7 +2,7 @@
 
 The history may come from a fuzz or crash report directory (``history.jsonl``) or from a
 user's own integration test (:mod:`harness.tools.recorder`). It is checked with the same
-invariants as ``fuzz`` (the same :class:`harness.check.checker.Checker`), and with
+invariants as ``fuzz`` (:func:`harness.check.checker.judge_history`), and with
 ``--report-dir`` a report is written in the format of ``fuzz`` (report.json, report.md,
 history.jsonl, timeline.html), as Knossos and Elle do for Jepsen histories.
 
@@ -16,35 +16,17 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from harness.check.checker import full_capabilities, invariant_status, judge_history, refusals
 from harness.check.history import History
+from harness.errors import ExitCode
+from harness.report.markdown import render_markdown
+from harness.report.timeline import render_timeline
+from harness.runtime.provenance import provenance
 
 TIMELINE_MAX_OPS = 20_000  # a bigger timeline is too heavy for a browser: skipped
-
-
-def full_capabilities() -> frozenset[str]:
-    """What a full protocol store has (the default when nothing says otherwise)."""
-    from harness.check.ops import FEATURES, PROTOCOL
-
-    return frozenset(set(PROTOCOL) | set(FEATURES) | {"dag"})
-
-
-def check_history(history: History, capabilities: Iterable[str] | None = None, *,
-                  wal_bound_bytes: int = 64 << 20,
-                  search_budget: int = 200_000) -> tuple[list[Any], list[str]]:
-    """Every violation in ``history`` and what stayed undecided, for a target with
-    ``capabilities`` (operations, features, declared choices; default a full store)."""
-    from harness.check.checker import Checker
-    from harness.check.model import ModelConfig
-
-    caps = set(full_capabilities() if capabilities is None else capabilities)
-    checker = Checker(ModelConfig().for_capabilities(caps), wal_bound_bytes=wal_bound_bytes,
-                      search_budget=search_budget)
-    found = checker.check(history)
-    return found, list(checker.unknown)
 
 
 def _capabilities_for(path: Path, option: str | None) -> tuple[set[str], str]:
@@ -67,8 +49,6 @@ def _capabilities_for(path: Path, option: str | None) -> tuple[set[str], str]:
 def build_report(history: History, path: Path, caps: set[str], caps_from: str,
                  violations: list[Any], unknown: list[str], seconds: float) -> dict[str, Any]:
     """The report as ``fuzz`` writes it, for an offline check."""
-    from harness.check.checker import invariant_status, refusals
-    from harness.runtime.provenance import provenance
 
     ops = history.ops
     by_index = {o.index: o for o in ops}
@@ -100,9 +80,6 @@ def build_report(history: History, path: Path, caps: set[str], caps_from: str,
 def write_check_report(report: dict[str, Any], history: History, report_dir: Path) -> Path:
     """report.json, history.jsonl, report.md and (for histories a browser can hold)
     timeline.html, like ``harness.run.campaign.write_report``."""
-    from harness.report.markdown import render_markdown
-    from harness.report.timeline import render_timeline
-
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     history.write_jsonl(report_dir / "history.jsonl")
@@ -138,8 +115,6 @@ def register(sub: Any) -> dict[str, Any]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from harness.errors import ExitCode
-
     path = Path(args.history)
     try:
         history = History.read_jsonl(path)
@@ -149,7 +124,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     caps, caps_from = _capabilities_for(path, args.target_caps)
     start = time.perf_counter()
     try:
-        violations, unknown = check_history(history, caps, wal_bound_bytes=args.wal_bound,
+        violations, unknown = judge_history(history, caps, wal_bound_bytes=args.wal_bound,
                                             search_budget=args.search_budget)
     except ValueError as exc:
         print(f"ferry: {exc}", file=sys.stderr)

@@ -351,13 +351,13 @@ def ferry_check() -> Callable[..., list[Any]]:
     return the violations. ``capabilities`` holds a partial target to what it has (default:
     a full protocol store)."""
     # lazy: this plugin loads in every pytest session; the harness only when used
+    from harness.check.checker import judge_history
     from harness.check.history import History
-    from harness.cli.check import check_history
 
     def check(history: Any, *, strict: bool = True, capabilities: Any = None) -> list[Any]:
         if isinstance(history, (str, Path)):
             history = History.read_jsonl(history)
-        found, unknown = check_history(history, capabilities)
+        found, unknown = judge_history(history, capabilities)
         if strict and (found or unknown):
             raise AssertionError("ferry: " + "; ".join([str(v) for v in found] + list(unknown)))
         return found

@@ -51,10 +51,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.check.checker import Violation
+from harness.check.checker import Checker, Violation
 from harness.check.history import INFO, OK, History, Op
-from harness.check.model import _j
-from harness.errors import HarnessError
+from harness.check.invariants.crash_audit import FINAL_READ, crash_invariants
+from harness.errors import ExitCode, HarnessError, TargetError
 from harness.run.nemesis import TimedKill, draw_delay_ns, holds_wal_write_lock, stop
 from harness.runtime.client import PlannedCall, WorkerPool
 from harness.runtime.clock import SharedClock
@@ -123,6 +123,8 @@ class Crash:
         self.t = Tally()
         self.history = History()
         self.violations: list[Violation] = []
+        # the closing audit (and every integrity check): reported through the check layer
+        self.checker = Checker(invariants=crash_invariants())
         self.clock = SharedClock(START_MS)
         self.windows: dict[str, list[tuple[int, int]]] = {"claim": [], "fulfill": []}
         self.tasks: list[str] = []  # every task dispatched, in order
@@ -136,7 +138,17 @@ class Crash:
         return f"w{self.pool.slots[slot].id}"
 
     def violation(self, invariant: str, message: str, ops: list[int] | None = None) -> None:
+        """A finding of the campaign's own driving checks (rescues, rounds, reads)."""
         self.violations.append(Violation(invariant, message, ops or []))
+
+    def audited(self, ops: list[Op]) -> None:
+        """Let the crash's Checker judge ``ops`` (just appended to the history); its findings
+        join the report, and those the summary counts (``detail["tally"]``) are tallied."""
+        for v in self.checker.check(self.history, ops):
+            self.violations.append(v)
+            tally = v.detail.get("tally")
+            if tally:
+                setattr(self.t, tally, getattr(self.t, tally) + v.detail.get("count", 1))
 
     def run_round(self, calls: list[PlannedCall], phase: str = "", *,
                   killer: TimedKill | None = None, barrier: bool | None = None) -> list[Op]:
@@ -298,8 +310,9 @@ class Crash:
                                "round", [o.index for o in ops if o.type == OK and o.value
                                          and o.value["task_id"] == tid])
 
-    def read(self, task_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """``get`` each task, W at a time on the live workers."""
+    def read(self, task_ids: list[str], *, final: bool = False) -> dict[str, dict[str, Any]]:
+        """``get`` each task, W at a time on the live workers (``final``: the closing
+        read-back, marked for the audit)."""
         views: dict[str, dict[str, Any]] = {}
         size = self.pool.size
         for i in range(0, len(task_ids), size):
@@ -307,6 +320,8 @@ class Crash:
             ops = self.run_round([PlannedCall(s, "get", {"task_id": tid}, "auditor")
                                   for s, tid in enumerate(chunk)], barrier=False)
             for o in ops:
+                if final:
+                    o.extra[FINAL_READ] = True
                 if o.type == OK and isinstance(o.value, dict):
                     views[o.args["task_id"]] = o.value
                 else:
@@ -448,79 +463,35 @@ class Crash:
     def integrity(self) -> str:
         t0 = time.monotonic_ns()
         text = self.pool.integrity()
-        self.history.append(Op(
-            index=self.history.next_index(), process=-1, agent="nemesis", op="integrity_check",
-            args={"pragma": "integrity_check"}, invoke_ns=t0, now=self.clock(),
-            complete_ns=time.monotonic_ns(), type=OK, value=text, extra={"integrity": text}))
+        op = Op(index=self.history.next_index(), process=-1, agent="nemesis",
+                op="integrity_check", args={"pragma": "integrity_check"}, invoke_ns=t0,
+                now=self.clock(), complete_ns=time.monotonic_ns(), type=OK, value=text,
+                extra={"integrity": text})
+        self.history.append(op)
         self.t.integrity = text
-        if text != "ok":
-            self.violation("integrity", f"PRAGMA integrity_check: {text[:400]}",
-                           [self.history.ops[-1].index])
+        self.audited([op])
         return text
 
     def audit(self) -> None:
-        """Every task once, COMPLETED, with its one accepted result; integrity; WAL; tokens."""
+        """Every task once, COMPLETED, with its one accepted result; tokens; integrity; WAL
+        (judged by the crash's Checker: :mod:`harness.check.invariants.crash_audit`)."""
         t, pool = self.t, self.pool
         if "inspect" in pool.capabilities:
-            [op] = self.run_round([PlannedCall(0, "inspect", {}, "auditor")])
-            views_list = op.value if op.type == OK and isinstance(op.value, list) else []
-            if op.type != OK:
-                self.violation("no-lost-task", f"inspect() failed: {op.error or op.note}", [op.index])
-            counts = Counter(v.get("task_id") for v in views_list)
-            for tid, n in counts.items():
-                if n > 1:
-                    self.violation("no-lost-task", f"inspect() lists task {tid} {n} times", [op.index])
-            views = {v.get("task_id"): v for v in views_list}
+            finals = self.run_round([PlannedCall(0, "inspect", {}, "auditor")])
+            for o in finals:
+                o.extra[FINAL_READ] = True
         else:
-            views = self.read(self.tasks)
-        accepted: dict[str, list[Op]] = {}
-        attempted: dict[str, list[Op]] = {}
-        for o in self.history:
-            if o.op == "fulfill":
-                (accepted if o.type == OK else attempted).setdefault(o.args["task_id"], []).append(o)
-        for tid in self.tasks:
-            v = views.get(tid)
-            if v is None:
-                t.tasks_lost += 1
-                self.violation("no-lost-task", f"task {tid} is missing from the store")
-                continue
-            if v.get("status") != "COMPLETED":
-                t.tasks_lost += 1
-                self.violation("no-lost-task", f"task {tid} ended {v.get('status')}, not COMPLETED "
-                               f"(claimed_by={v.get('claimed_by')!r}, lease_expires_at="
-                               f"{v.get('lease_expires_at')})")
-                continue
-            t.completed += 1
-            oks = accepted.get(tid, [])
-            if len(oks) > 1:
-                t.duplicate_completions += 1
-                self.violation("no-lost-task", f"task {tid} was completed {len(oks)} times",
-                               [o.index for o in oks])
-            result = _j(v.get("result"))
-            if oks:
-                if result != _j(oks[-1].args.get("result")):
-                    t.changed_results += 1
-                    self.violation("no-lost-task", f"task {tid}: accepted result "
-                                   f"{_j(oks[-1].args.get('result'))}, stored {result}",
-                                   [o.index for o in oks])
-            elif result not in {_j(o.args.get("result")) for o in attempted.get(tid, [])
-                                if o.type == INFO}:
-                t.changed_results += 1
-                self.violation("no-lost-task", f"task {tid} is COMPLETED with {result}, which no "
-                               "fulfill (accepted or killed) delivered")
-        tokens = Counter(o.value.get("token") for o in self.history
-                         if o.op in ("claim", "poll_next") and o.type == OK and o.value)
-        t.duplicate_tokens = sum(1 for n in tokens.values() if n > 1)
-        if t.duplicate_tokens:
-            self.violation("token-unique", f"{t.duplicate_tokens} claim token(s) issued twice")
+            start = len(self.history)
+            self.read(self.tasks, final=True)
+            finals = [o for o in self.history.ops[start:] if o.extra.get(FINAL_READ)]
+        self.audited(finals)
+        t.completed = len(self.tasks) - t.tasks_lost
         self.integrity()
         if "checkpoint" in pool.capabilities:
             [op] = self.run_round([PlannedCall(0, "checkpoint", {"mode": "TRUNCATE"}, "janitor")])
             t.wal_after_checkpoint = pool.wal_size()
             op.extra["wal_after"] = t.wal_after_checkpoint
-            if op.type != OK or t.wal_after_checkpoint:
-                self.violation("wal-bounded", f"checkpoint(TRUNCATE) -> {op.value or op.error}, "
-                               f"-wal left at {t.wal_after_checkpoint} bytes", [op.index])
+            self.audited([op])
 
     # ------------------------------------------------------------------ report
     def report(self) -> dict[str, Any]:
@@ -586,8 +557,6 @@ def replay_crash(report_dir: str | os.PathLike[str], target: str | None, tries: 
     """``ferry-harness replay`` on a crash report: rerun the campaign of ``crash.json`` up to
     ``tries`` times, stopping at the first run that shows one of its invariants. Exit 1 if
     one did, 0 if none did (or the report records no violation)."""
-    from harness.errors import ExitCode, TargetError
-
     path = Path(report_dir) / "crash.json"
     try:
         rep = json.loads(path.read_text())

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ferry_core.errors import FerryError
+from harness.check.checker import judge_history
 from harness.check.history import FAIL, INFO, OK, History, Op
 from harness.check.ops import PROTOCOL, plain
 
@@ -55,9 +56,7 @@ class Recorder:
     def check(self, capabilities: Any = None) -> list[Any]:
         """The violations in what was recorded (``capabilities``: the target's, as
         ``harness.check.ops.capabilities(store)`` gives them; default a full protocol store)."""
-        from harness.cli.check import check_history
-
-        return check_history(self.history, capabilities)[0]
+        return judge_history(self.history, capabilities)[0]
 
     def write(self, path: str | Path) -> Path:
         """Write the history as JSON lines (the input of ``ferry-harness check``)."""

@@ -225,3 +225,30 @@ def test_cli_bad_target_or_workers_is_a_usage_error(capsys):
     assert main(["scenarios", "--workers", "1", "thundering-herd"]) == 2
     err = capsys.readouterr().err
     assert "no_such_module" in err and "workers" in err
+
+
+def test_a_failed_expectation_is_judged_by_the_checker_and_reported(shared, tmp_path):
+    """``Session.expect`` records an ``expect`` op; the session's Checker names it."""
+    from harness.cli.scenario import write_scenario_report
+
+    def script(s) -> str:
+        task = s.dispatch(title="A")
+        op = s.call(1, "get", "auditor", task_id=task)
+        s.expect(False, "single-winner", "two made-up winners", [op])
+        return "unreachable"
+
+    sc = Scenario(name="made-up-expectation", invariant="single-winner",
+                  description="An expectation that never holds.", source="PROTOCOL.md#x",
+                  script=script, needs=("dispatch", "get"))
+    result = sc.run(shared.context(CORE[0]))
+    assert result.status == "fail" and result.invariant == "single-winner"
+    [v] = result.violations
+    assert (v.message, v.detail) == ("two made-up winners", {"scenario": sc.name})
+    last = list(result.history)[-1]
+    assert last.op == "expect" and v.ops == [last.index - 1]
+    assert result.explanation == "two made-up winners"
+    d = write_scenario_report(sc, result, target=CORE[0], workers=WORKERS,
+                              directory=tmp_path / "made-up")
+    assert "two made-up winners" in (d / "report.md").read_text()
+    assert json.loads((d / "report.json").read_text())["violations"][0]["invariant"] == \
+        "single-winner"

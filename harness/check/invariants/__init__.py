@@ -1,0 +1,7 @@
+"""The checks the :class:`harness.check.checker.Checker` composes, one concept per module.
+
+Each module holds small :class:`harness.check.invariant.Invariant` classes: the fuzz
+checks (``faults``, ``liveness``, ``holders``, ``linearizable``, ``dag``, ``wal``,
+``typed``, ``lost``), the closing audit of a crash campaign (``crash_audit``) and a
+scenario's own expectations (``expectations``).
+"""

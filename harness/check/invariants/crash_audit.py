@@ -1,0 +1,150 @@
+"""The closing audit of a crash campaign (:mod:`harness.tools.crash`), as invariants.
+
+Pure: each check reads the crash's history. The campaign marks the ops of its final
+read-back (one ``inspect()``, or a ``get`` of every task) with ``extra[FINAL_READ]``,
+records ``PRAGMA integrity_check`` as an ``integrity_check`` op (its text as the value),
+and its closing ``checkpoint(TRUNCATE)`` with the measured ``-wal`` size in
+``extra["wal_after"]``. A violation that the crash summary counts carries
+``detail["tally"]``: the :class:`harness.tools.crash.Tally` field it adds ``detail.get("count", 1)`` to.
+
+No model here: the whole-history model misreads crash histories after rescues (the
+campaign's own driving checks name those rules).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from harness.check.history import INFO, OK, Op
+from harness.check.invariant import Invariant, Violation, won_claims
+from harness.check.model import canonical
+from harness.check.runstate import RunState
+
+FINAL_READ = "final_read"  # extra key on the ops of the campaign's final read-back
+
+
+def _lost(message: str, ops: list[int] | None = None, tally: str | None = None) -> Violation:
+    return Violation("no-lost-task", message, ops or [],
+                     detail={"tally": tally} if tally else {})
+
+
+class EveryTaskCompletedOnce:
+    """The final read-back lists every dispatched task once, ``COMPLETED``, with the result
+    of its one accepted ``fulfill`` (or, when the only fulfill was cut short by a kill, the
+    result that one delivered)."""
+
+    name = "every-task-completed-once"
+    ids = ("no-lost-task",)
+    needs = ("dispatch", "claim|poll_next", "fulfill", "get")
+    sees_invalid_args = True
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        finals = [o for o in fresh if o.extra.get(FINAL_READ)]
+        history = run.history
+        if not finals or history is None:
+            return []
+        out: list[Violation] = []
+        inspects = [o for o in finals if o.op == "inspect"]
+        views: dict[Any, Any]
+        if inspects:
+            op = inspects[-1]
+            views_list = op.value if op.type == OK and isinstance(op.value, list) else []
+            if op.type != OK:
+                out.append(_lost(f"inspect() failed: {op.error or op.note}", [op.index]))
+            counts = Counter(v.get("task_id") for v in views_list)
+            for tid, n in counts.items():
+                if n > 1:
+                    out.append(_lost(f"inspect() lists task {tid} {n} times", [op.index]))
+            views = {v.get("task_id"): v for v in views_list}
+        else:  # a get per task; the campaign reports the gets that failed as it reads
+            views = {o.args["task_id"]: o.value for o in finals
+                     if o.op == "get" and o.type == OK and isinstance(o.value, dict)}
+        tasks: list[Any] = []
+        accepted: dict[Any, list[Op]] = {}
+        attempted: dict[Any, list[Op]] = {}
+        for o in history:
+            if o.op == "dispatch" and o.type == OK:
+                tasks.append(o.value)
+            elif o.op == "fulfill":
+                (accepted if o.type == OK else attempted).setdefault(o.args["task_id"], []).append(o)
+        for tid in tasks:
+            v = views.get(tid)
+            if v is None:
+                out.append(_lost(f"task {tid} is missing from the store", tally="tasks_lost"))
+                continue
+            if v.get("status") != "COMPLETED":
+                out.append(_lost(f"task {tid} ended {v.get('status')}, not COMPLETED "
+                                 f"(claimed_by={v.get('claimed_by')!r}, lease_expires_at="
+                                 f"{v.get('lease_expires_at')})", tally="tasks_lost"))
+                continue
+            oks = accepted.get(tid, [])
+            if len(oks) > 1:
+                out.append(_lost(f"task {tid} was completed {len(oks)} times",
+                                 [o.index for o in oks], tally="duplicate_completions"))
+            result = canonical(v.get("result"))
+            if oks:
+                if result != canonical(oks[-1].args.get("result")):
+                    out.append(_lost(f"task {tid}: accepted result "
+                                     f"{canonical(oks[-1].args.get('result'))}, stored {result}",
+                                     [o.index for o in oks], tally="changed_results"))
+            elif result not in {canonical(o.args.get("result")) for o in attempted.get(tid, [])
+                                if o.type == INFO}:
+                out.append(_lost(f"task {tid} is COMPLETED with {result}, which no fulfill "
+                                 "(accepted or killed) delivered", tally="changed_results"))
+        return out
+
+
+class NoTokenTwice:
+    """At the final read-back: no claim token was handed out twice in the whole campaign."""
+
+    name = "no-token-twice"
+    ids = ("token-unique",)
+    needs = ("dispatch", "claim|poll_next")
+    sees_invalid_args = True
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        history = run.history
+        if history is None or not any(o.extra.get(FINAL_READ) for o in fresh):
+            return []
+        tokens = Counter(o.value.get("token") for o in won_claims(history))
+        twice = sum(1 for n in tokens.values() if n > 1)
+        if not twice:
+            return []
+        return [Violation("token-unique", f"{twice} claim token(s) issued twice",
+                          detail={"tally": "duplicate_tokens", "count": twice})]
+
+
+class IntegrityOk:
+    """``PRAGMA integrity_check`` (an ``integrity_check`` op) says ``ok``."""
+
+    name = "integrity-ok"
+    ids = ("integrity",)
+    needs = ("wal-file",)
+    sees_invalid_args = True
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        return [Violation("integrity", f"PRAGMA integrity_check: {str(o.value)[:400]}",
+                          [o.index])
+                for o in fresh if o.op == "integrity_check" and o.value != "ok"]
+
+
+class WalEmptied:
+    """The closing ``checkpoint(TRUNCATE)``, with no reader left, succeeds and leaves the
+    ``-wal`` at 0 bytes (``extra["wal_after"]``, measured by the campaign)."""
+
+    name = "wal-emptied"
+    ids = ("wal-bounded",)
+    needs = ("checkpoint", "wal-file")
+    sees_invalid_args = True
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        return [Violation("wal-bounded", f"checkpoint(TRUNCATE) -> {o.value or o.error}, "
+                          f"-wal left at {o.extra['wal_after']} bytes", [o.index])
+                for o in fresh if o.op == "checkpoint" and "wal_after" in o.extra
+                and (o.type != OK or o.extra["wal_after"])]
+
+
+def crash_invariants() -> list[Invariant]:
+    """The crash campaign's audit, in the order its findings are reported."""
+    return [EveryTaskCompletedOnce(), NoTokenTwice(), IntegrityOk(), WalEmptied()]

@@ -1,0 +1,58 @@
+"""``dag-order``: dependencies first, and a failed dependency's failure cascades."""
+
+from __future__ import annotations
+
+from harness.check.history import OK, Op
+from harness.check.invariant import Violation, hashable, won_claims
+from harness.check.runstate import RunState
+
+
+class DependenciesFirst:
+    """No task is claimed before every dependency was fulfilled (before the claim ended)."""
+
+    name = "dependencies-first"
+    ids = ("dag-order",)
+    needs = ("dispatch", "claim|poll_next", "fulfill", "dag")
+    sees_invalid_args = False
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        out = []
+        for claim in won_claims(fresh):
+            tid = claim.value["task_id"]
+            for d in run.deps.get(hashable(tid), []):
+                done = run.fulfilled_any.get(hashable(d))
+                if done is None or done.invoke_ns >= (claim.complete_ns or 0):
+                    out.append(Violation(
+                        "dag-order",
+                        f"task {tid} was claimed by {claim.agent!r} at t={claim.now} before its "
+                        f"dependency {d} was COMPLETED",
+                        ops=[claim.index] + ([done.index] if done else [])))
+        return out
+
+
+class FailureCascades:
+    """After a dependency ended FAILED or TIMED_OUT and a sweep ran, no dependent may still
+    read SUBMITTED (PROTOCOL.md#dependencies-and-the-failure-cascade)."""
+
+    name = "failure-cascades"
+    ids = ("dag-order",)
+    needs = ("dispatch", "get", "sweep", "dag")
+    sees_invalid_args = False
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        reads = [o for o in fresh if o.op == "get" and o.type == OK and isinstance(o.value, dict)
+                 and o.value.get("status") == "SUBMITTED" and o.value.get("depends_on")]
+        out = []
+        for r in reads:
+            # the latest start of a sweep that ended before this read began
+            swept = run.sweeps.max_before(r.invoke_ns)
+            for dep in r.value["depends_on"]:
+                t = run.ended.get(hashable(dep))
+                if t is not None and t < swept:
+                    out.append(Violation(
+                        "dag-order",
+                        f"task {r.value['task_id']} is still SUBMITTED at t={r.now} although its "
+                        f"dependency {dep} ended FAILED/TIMED_OUT and a sweep ran since: the "
+                        "failure must cascade", ops=[r.index]))
+                    break
+        return out
