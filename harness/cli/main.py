@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.cli import bench, check, crash, new_target, scenario
 from harness.cli.args import positive_int
 from harness.errors import EXIT_CODES_HELP, ExitCode, FerryError, TargetError
 from harness.report.paths import check_report_dir
@@ -294,21 +295,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 # Further subcommands live in their own modules, each with
 # ``register(subparsers) -> handler`` where ``handler(args) -> int`` (exit code).
-PLUGIN_COMMANDS = ("harness.cli.bench", "harness.cli.scenario", "harness.cli.crash", "harness.tools.new_target",
-                   "harness.cli.check")
-
-
-def _load_plugins(sub: Any) -> dict[str, Any]:
-    import importlib
-
+def _subcommands(sub: Any) -> dict[str, Any]:
+    """Every subcommand but fuzz and replay registers itself from its own cli module."""
     handlers: dict[str, Any] = {}
-    for name in PLUGIN_COMMANDS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue  # not built yet
-            raise
+    for module in (bench, scenario, crash, new_target, check):
         handlers.update(module.register(sub))
     return handlers
 
@@ -337,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     handlers: dict[str, Any] = {"fuzz": cmd_fuzz, "replay": cmd_replay}
-    handlers.update(_load_plugins(sub))
+    handlers.update(_subcommands(sub))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
