@@ -750,6 +750,7 @@ def replay_count(runner: Runner, failure: Failure, tries: int) -> tuple[tuple[in
 
 def write_report(outcome: Outcome, *, argv_replay: str | None = None) -> Path:
     """report.json, history.jsonl, report.md and timeline.html in the report directory."""
+    # why: the renderers load only when a report is written (replays and shrinking never do)
     from harness.report.markdown import render_markdown
     from harness.report.timeline import render_timeline
 

@@ -35,9 +35,8 @@ class Scheduled:
     """Fields of the steps that may race several workers in one round (schedule mode)."""
 
     pct: int | None = None  # seed of the PCT drawer for this step's race rounds; None: default
-    # per multi-call round, the worker chosen at each schedule point, as recorded when the
-    # step ran (a replay follows these exactly, then the default order)
-    schedules: tuple[tuple[int, ...], ...] = ()
+    schedules: tuple[tuple[int, ...], ...] = ()  # per multi-call round, the worker chosen at
+    # each schedule point, recorded when the step ran (a replay follows these, then the default order)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,9 +72,8 @@ class Holder(Scheduled):
 
     claim: int  # reference to the claim
     op: str  # fulfill, fail, release, extend or salvage
-    # holder (the claim's own agent and token), impersonator (its agent, no token),
-    # forged (a made-up token) or other-agent (its token in another agent's hands)
-    who: str = "holder"
+    who: str = "holder"  # holder (the claim's own agent and token), impersonator (its
+    # agent, no token), forged (a made-up token) or other-agent (its token, another agent)
     race: int = 1  # the holder sends the op from this many workers at once
     repeat: int | None = None  # the holder does ``op`` this many times in a row (extend,
     # or release and claim again): the per-claim limits must bite; None: once
@@ -172,10 +170,11 @@ def kind(step: Step) -> str:
 
 
 def step_to_json(step: Step) -> dict[str, Any]:
-    """The step as JSON data: its ``kind``, then its fields; fields that are None or empty
-    (not set) are left out, tuples become lists."""
+    """The step as JSON data: its ``kind``, its own fields, then ``pct`` and ``schedules``;
+    fields that are None or empty (not set) are left out, tuples become lists."""
     out: dict[str, Any] = {"kind": kind(step)}
-    for f in fields(step):
+    scheduling = {f.name for f in fields(Scheduled)}  # last: the step's own fields lead
+    for f in sorted(fields(step), key=lambda f: f.name in scheduling):
         v = getattr(step, f.name)
         if v is None or v == ():
             continue
