@@ -27,6 +27,7 @@ from harness.check.invariants.expectations import EXPECT, ScenarioExpectations
 from harness.check.model import ModelConfig
 from harness.errors import HarnessError
 from harness.run.executor import Executor
+from harness.run.steps import Step, step_to_json
 from harness.runtime.client import PlannedCall, WorkerPool
 from harness.runtime.clock import SharedClock
 
@@ -182,9 +183,9 @@ class Session(Executor):
             raise Stop
         return ops
 
-    def step(self, step: dict[str, Any]) -> None:
-        """Run one of the Executor's own steps (``idle_poll``, ``checkpoint``, ``reads``…)."""
-        self.say(f"executor step {step}")
+    def step(self, step: Step) -> None:
+        """Run one of the Executor's own steps (``IdlePoll``, ``Checkpoint``, ``Reads``…)."""
+        self.say(f"executor step {step_to_json(step)}")
         if self.run_step(step):
             raise Stop
 

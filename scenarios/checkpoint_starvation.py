@@ -14,6 +14,8 @@ without bound.
 
 from __future__ import annotations
 
+from harness.run.steps import Checkpoint
+
 from .base import TAKE, Scenario, Session, holder_args
 
 TASKS_PER_BATCH = 8
@@ -30,7 +32,7 @@ def _traffic(s: Session, n: int, tag: str) -> None:
 
 def checkpoint_starvation(s: Session) -> str:
     _traffic(s, TASKS_PER_BATCH, "warm-up")
-    s.step({"kind": "checkpoint"})  # no reader: the checker wants the -wal empty
+    s.step(Checkpoint())  # no reader: the checker wants the -wal empty
     s.hold_reader()
     try:
         sizes = [s.pool.wal_size()]
@@ -46,7 +48,7 @@ def checkpoint_starvation(s: Session) -> str:
         s.call(1, "get", "reader", task_id=s.tasks[-1])
     if s.have(("inspect",)):
         s.call(1, "inspect", "reader")
-    s.step({"kind": "checkpoint"})
+    s.step(Checkpoint())
     after = s.pool.wal_size()
     busy = pinned.value[0] if pinned.type == "ok" and pinned.value else "?"
     return (f"-wal grew {sizes[0]} -> {sizes[-1]} bytes over {BATCHES * TASKS_PER_BATCH} tasks "

@@ -12,6 +12,8 @@ poll path appends a frame on every idle poll.
 
 from __future__ import annotations
 
+from harness.run.steps import Checkpoint, IdlePoll, Reads
+
 from .base import TAKE, Scenario, Session, holder_args
 
 
@@ -23,14 +25,14 @@ def idle_poll_quiet(s: Session) -> str:
     done = s.dispatch(title="already done")
     lease = s.take(1, "worker", done)
     s.call(1, "fulfill", "worker", **holder_args("fulfill", done, lease["token"], "worker"))
-    s.step({"kind": "checkpoint"})  # -wal emptied (and the checker makes sure it is)
+    s.step(Checkpoint())  # -wal emptied (and the checker makes sure it is)
     polls = 0
     for _ in s.rounds(5):
-        s.step({"kind": "idle_poll"})  # the Executor's: sweep, then one measured idle poll
+        s.step(IdlePoll())  # the Executor's: sweep, then one measured idle poll
         s.measured([(slot, "poll_next", f"idle-{slot}", {}) for slot in range(s.size)])
         if s.have(("sweep",)):
             s.measured([(0, "sweep", "janitor", {})])
-        s.step({"kind": "reads"})  # get/salvaged/inspect, each measured
+        s.step(Reads())  # get/salvaged/inspect, each measured
         polls += s.size + 1
     return (f"{polls} idle polls (alone and {s.size} at one barrier), sweeps and reads: "
             f"the -wal stayed at {s.pool.wal_size()} bytes")

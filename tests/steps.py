@@ -1,17 +1,34 @@
-"""Plain-data steps for hand-written step lists (what the generator draws and replays run)."""
+"""Steps for hand-written step lists (what the generator draws and replays run)."""
 
 from __future__ import annotations
 
-D = {"kind": "dispatch", "target": None, "qttl": 10_000, "ettl": 50, "attempts": 1, "deps": []}
+import json
+
+from harness.run.steps import (
+    Dispatch,
+    Holder,
+    RaceClaim,
+    RacePoll,
+    Step,
+    step_from_json,
+    step_to_json,
+)
+
+D = Dispatch(target_agent=None, queue_ttl_ms=10_000, exec_ttl_ms=50, max_attempts=1)
 
 
-def poll(*agents: str) -> dict:
-    return {"kind": "race_poll", "agents": list(agents)}
+def poll(*agents: str) -> RacePoll:
+    return RacePoll(agents=agents)
 
 
-def claim(*agents: str) -> dict:
-    return {"kind": "race_claim", "task": 0, "agents": list(agents)}
+def claim(*agents: str) -> RaceClaim:
+    return RaceClaim(task=0, agents=agents)
 
 
-def holder(op: str, claim: int = 0, who: str = "holder", race: int = 1) -> dict:
-    return {"kind": "holder", "claim": claim, "op": op, "who": who, "race": race}
+def holder(op: str, claim: int = 0, who: str = "holder", race: int = 1) -> Holder:
+    return Holder(claim=claim, op=op, who=who, race=race)
+
+
+def via_json(steps: list[Step]) -> list[Step]:
+    """The steps after a trip through JSON text, as a report or a saved example stores them."""
+    return [step_from_json(json.loads(json.dumps(step_to_json(s)))) for s in steps]

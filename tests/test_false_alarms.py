@@ -15,6 +15,7 @@ from harness.check.checker import Checker
 from harness.check.history import FAIL
 from harness.check.model import ModelConfig
 from harness.run.campaign import CampaignConfig, Runner
+from harness.run.steps import Clock, Dispatch, IdlePoll
 from tests.histories import DECLARED, SPEC_STORE, T0, TOKEN_A, TOKEN_B, Recorder
 
 
@@ -179,9 +180,9 @@ def test_counters_a_refused_call_changed_are_caught():
 
 # ------------------------------------------------------------------ 3. idle polls
 IDLE_AFTER_DUE = [
-    {"kind": "dispatch", "target": None, "qttl": 500, "ettl": 50, "attempts": 1, "deps": []},
-    {"kind": "clock", "tick": 700},
-    {"kind": "idle_poll"},
+    Dispatch(target_agent=None, queue_ttl_ms=500, exec_ttl_ms=50, max_attempts=1),
+    Clock(tick=700),
+    IdlePoll(),
 ]
 
 

@@ -253,6 +253,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from harness.check.checker import Violation
     from harness.check.history import History
     from harness.run.campaign import CampaignConfig, Failure, Runner, replay_count
+    from harness.run.steps import step_from_json
 
     path = Path(args.report_dir) / "report.json"
     if not path.exists() and (Path(args.report_dir) / "crash.json").exists():
@@ -284,7 +285,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         mode = "schedule"
     cfg = CampaignConfig(target=target, workers=report.get("workers", 4),
                          faults=tuple(report.get("faults", ())), mode=mode)
-    failure = Failure(steps, History(), [Violation(v["invariant"], v["message"])])
+    failure = Failure([step_from_json(st) for st in steps], History(),
+                      [Violation(v["invariant"], v["message"])])
     with Runner(cfg) as runner:
         (hits, tries), _last = replay_count(runner, failure, args.tries)
     sched = f" (schedule {v['schedule']})" if v.get("schedule") else ""

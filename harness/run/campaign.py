@@ -9,7 +9,6 @@ reproduces ("reproduced 7/10"). The discovering execution's history is always ke
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
@@ -27,8 +26,27 @@ from hypothesis.stateful import get_state_machine_test
 from harness.check.checker import Checker, Violation, invariant_status
 from harness.check.history import FAIL, OK, History
 from harness.check.model import ModelConfig
-from harness.run.executor import Executor, Stats
-from harness.run.generator import RACES, ViolationFound, machine_for
+from harness.errors import UsageError
+from harness.run.executor import Executor, Stats, StepTrace
+from harness.run.generator import ViolationFound, machine_for
+from harness.run.nemesis import Nemesis
+from harness.run.steps import (
+    RACES,
+    Audit,
+    Clock,
+    Dispatch,
+    Fault,
+    Holder,
+    Hostile,
+    LockRace,
+    RaceClaim,
+    RacePoll,
+    Scheduled,
+    Step,
+    kind,
+    step_from_json,
+    step_to_json,
+)
 from harness.runtime.client import WorkerPool
 from harness.runtime.clock import SharedClock
 from harness.runtime.provenance import provenance
@@ -72,9 +90,12 @@ class CampaignConfig:
 class Failure:
     """One failing execution, as plain data."""
 
-    steps: list[dict[str, Any]]
+    steps: list[Step]  # the steps that ran (as run, or as shrunk)
     history: History
     violations: list[Violation]
+    # per step, what it referred to and created when it ran (for renumbering); may be
+    # shorter than ``steps`` (a replayed report has none)
+    traces: list[StepTrace] = field(default_factory=list)
 
     @property
     def invariant(self) -> str:
@@ -103,11 +124,7 @@ class Runner:
         self.tmp = tempfile.mkdtemp(prefix="ferry-")
         self.stats = Stats()
         self.checker = Checker(ModelConfig(), wal_bound_bytes=cfg.wal_bound_bytes)
-        self.nemesis = None
-        if cfg.faults:
-            from harness.run.nemesis import Nemesis
-
-            self.nemesis = Nemesis(cfg.faults, self.stats)
+        self.nemesis = Nemesis(cfg.faults) if cfg.faults else None
         self.pool_start_s = 0.0
         self.stopping = False
         self.phase = "search"  # "shrink" / "replay": what the next runs are counted as
@@ -136,15 +153,15 @@ class Runner:
                         checker=self.checker, stats=self.stats, example=self.runs,
                         nemesis=self.nemesis, mode=self.cfg.mode)
 
-    def run_steps(self, steps: list[dict[str, Any]]) -> tuple[list[Violation], Executor]:
+    def run_steps(self, steps: list[Step]) -> tuple[list[Violation], Executor]:
         """Run a step list on a fresh database; stop at the first violating step."""
         ex = self.executor()
         for step in steps:
             if self.out_of_time():
                 return [], ex  # the budget ran out mid-run: nothing shown
-            if step.get("kind") == "audit":
+            if isinstance(step, Audit):
                 continue
-            found = ex.run_step(copy.deepcopy(step))
+            found = ex.run_step(step)
             if found:
                 return found, ex
         return ex.finish(), ex
@@ -198,16 +215,8 @@ class Campaign:
                 key = o.error or "?"
                 self.coverage["refusals"][key] = self.coverage["refusals"].get(key, 0) + 1
         for st in ex.steps:
-            kind = st.get("kind", "?")
-            if kind == "clock" and "offset" in st:
-                kind = f"lease boundary {st['offset']:+d}"
-            elif kind == "lock_race" and st.get("offset") is not None:
-                kind = f"lock boundary {st['offset']:+d}"
-            elif kind == "holder" and st.get("race", 1) > 1:
-                kind = "holder race"
-            elif kind == "hostile":
-                kind = f"hostile {st.get('case')}"
-            self.coverage["steps"][kind] = self.coverage["steps"].get(kind, 0) + 1
+            label = step_label(st)
+            self.coverage["steps"][label] = self.coverage["steps"].get(label, 0) + 1
 
     def _example_done(self) -> None:
         dt = time.perf_counter() - self._example_started
@@ -220,7 +229,7 @@ class Campaign:
     def record_failure(self, ex: Executor, violations: list[Violation]) -> None:
         if not self.failures:
             self.detect_s = time.perf_counter() - self.t0
-        self.failures.append(Failure(list(ex.steps), ex.history, violations))
+        self.failures.append(Failure(list(ex.steps), ex.history, violations, list(ex.traces)))
         self._tally(ex)
         self._example_done()
 
@@ -263,7 +272,8 @@ class Campaign:
                 self.progress(self.snapshot())
                 reproduced, replayed = replay_count(runner, failure, REPLAY_TRIES)
                 if replayed is not None:  # the minimal steps, with a history that shows them
-                    failure = Failure(failure.steps, replayed.history, replayed.violations)
+                    failure = Failure(failure.steps, replayed.history, replayed.violations,
+                                      failure.traces)
                 self._save(failure)
         self.deterministic = None
         if (failure is not None and self.cfg.mode == "stress" and reproduced is not None
@@ -285,14 +295,15 @@ class Campaign:
             for seed in range(SCHEDULE_SEEDS):
                 if runner.out_of_time():
                     return {"found": False, "tried": seed, "why": "stopped at budget"}
-                steps = [dict(st, pct=seed * 7919 + i) if st.get("kind") in RACES else st
-                         for i, st in enumerate(copy.deepcopy(failure.steps))]
+                steps = [replace(st, pct=seed * 7919 + i) if isinstance(st, RACES) else st
+                         for i, st in enumerate(failure.steps)]
                 found, ex = runner.run_steps(steps)
                 if any(v.invariant == failure.invariant for v in found):
-                    got = Failure(list(ex.steps), ex.history, found)
+                    got = Failure(list(ex.steps), ex.history, found, list(ex.traces))
                     (hits, tries), _ = replay_count(runner, got, REPLAY_TRIES)
-                    sched = [compact(r) for st in got.steps for r in st.get("schedules", []) if r]
-                    return {"found": True, "steps": got.steps, "schedule": " | ".join(sched),
+                    sched = [compact(r) for r in recorded_schedules(got.steps) if r]
+                    return {"found": True, "steps": public_steps(got.steps),
+                            "schedule": " | ".join(sched),
                             "reproduced": f"{hits}/{tries}", "tried": seed + 1,
                             "replay": "ferry-harness replay DIR --mode schedule"}
             return {"found": False, "tried": SCHEDULE_SEEDS,
@@ -317,23 +328,24 @@ class Campaign:
         self.replayed_saved = 0
         for blob in sorted(db.fetch(self._db_key), key=len):
             try:
-                steps = json.loads(blob.decode())["steps"]
-            except (ValueError, KeyError, UnicodeDecodeError):
-                db.delete(self._db_key, blob)
+                steps = [step_from_json(st) for st in json.loads(blob.decode())["steps"]]
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError, UsageError):
+                db.delete(self._db_key, blob)  # unreadable, or saved by another ferry version
                 continue
             self.replayed_saved += 1
             for _ in range(SHRINK_TRIES):
                 found, ex = self.runner.run_steps(steps)
                 if found:
-                    self.failures.append(Failure(list(ex.steps), ex.history, found))
+                    self.failures.append(Failure(list(ex.steps), ex.history, found,
+                                                 list(ex.traces)))
                     self.from_database = True
                     return
             db.delete(self._db_key, blob)
 
     def _save(self, failure: Failure) -> None:
         if self.cfg.database is not None:
-            blob = json.dumps({"steps": failure.steps, "invariant": failure.invariant},
-                              sort_keys=True).encode()
+            blob = json.dumps({"steps": public_steps(failure.steps),
+                               "invariant": failure.invariant}, sort_keys=True).encode()
             self.cfg.database.save(self._db_key, blob)
 
     def request_stop(self) -> None:
@@ -479,8 +491,8 @@ def evaluations(ex: Executor) -> dict[str, int]:
             and o.args.get("depends_on")}
     claims = sum(1 for o in ops if o.op in ("claim", "poll_next") and o.type == OK and o.value)
     holder = [o for o in ops if o.op in HOLDER]
-    boundaries = sum(1 for st in ex.steps if st.get("kind") in ("clock", "lock_race")
-                     and st.get("offset") is not None)
+    boundaries = sum(1 for st in ex.steps if isinstance(st, (Clock, LockRace))
+                     and st.offset is not None)
     boundaries += sum(1 for o in ops if "probe" in o.extra)
     n = {
         "single-winner": claims,
@@ -524,10 +536,10 @@ def violation_entry(v: Violation, failure: Failure, reproduced: tuple[int, int] 
     entry = v.to_dict()
     entry["steps"] = public_steps(failure.steps)
     entry["history"] = [o.to_dict() for o in failure.history if o.index in involved]
-    schedules = [compact(r) for step in failure.steps for r in step.get("schedules", []) if r]
+    schedules = [compact(r) for r in recorded_schedules(failure.steps) if r]
     if schedules:
         entry["schedule"] = " | ".join(schedules)
-        entry["schedule_steps"] = sum(len(r) for st in failure.steps for r in st.get("schedules", []))
+        entry["schedule_steps"] = sum(len(r) for r in recorded_schedules(failure.steps))
         entry["schedule_trace"] = schedule_trace(failure.history, involved)
     if reproduced is not None:
         entry["reproduced"] = f"{reproduced[0]}/{reproduced[1]}"
@@ -543,15 +555,22 @@ def schedule_trace(history: History, involved: set[int]) -> list[dict[str, Any]]
     return [{"worker": w, "sql": sql, "op": i, "switch": sw} for _r, _s, w, sql, sw, i in rows]
 
 
-def _fails_like(runner: Runner, steps: list[dict[str, Any]], invariant: str,
+def _fails_like(runner: Runner, steps: list[Step], invariant: str,
                 tries: int) -> Failure | None:
     if invariant == "liveness":
         tries = 1  # a hang costs the whole op timeout per try, and repeats anyway
     for _ in range(tries):
         found, ex = runner.run_steps(steps)
         if any(v.invariant == invariant for v in found):
-            return Failure(list(ex.steps), ex.history, found)
+            return Failure(list(ex.steps), ex.history, found, list(ex.traces))
     return None
+
+
+def _ran(failure: Failure) -> list[tuple[Step, StepTrace]]:
+    """The failure's steps but the closing audit, each with its trace (a step without one
+    counts as busy and as referring to nothing)."""
+    traces = failure.traces + [StepTrace(ops=1)] * (len(failure.steps) - len(failure.traces))
+    return [(s, t) for s, t in zip(failure.steps, traces, strict=False) if not isinstance(s, Audit)]
 
 
 def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SHRINK_TRIES) -> Failure:
@@ -562,29 +581,28 @@ def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SH
     """
     inv = failure.invariant
     best = failure
-    steps = [s for s in failure.steps if s.get("kind") != "audit"]
+    steps = _ran(failure)  # (step, what it referred to and created when it last ran)
 
     def more() -> bool:
         return time.perf_counter() < deadline and not runner.out_of_time()
 
-    def attempt(cand: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Failure] | None:
+    def attempt(cand: list[tuple[Step, StepTrace]]) -> tuple[list[tuple[Step, StepTrace]], Failure] | None:
         """The candidate with references renumbered, else as it is: the steps that failed
-        (cut after the failing one, with the annotations of that run) and the failure."""
+        (cut after the failing one, with the traces of that run) and the failure."""
         if not cand:
             return None
-        for tried in (renumber(cand), cand):
-            if tried is cand and (tried == renumber(cand) or not more()):
+        renumbered, as_is = renumber(cand), [s for s, _t in cand]
+        for tried in (renumbered, as_is):
+            if tried is as_is and (tried == renumbered or not more()):
                 break
             got = _fails_like(runner, tried, inv, tries)
             if got:
-                ran = [x for x in got.steps if x.get("kind") != "audit"]
-                kept = [{**st, **{k: v for k, v in r.items() if k.startswith("_")}}
-                        for st, r in zip(tried, ran, strict=False)]
-                return kept, got
+                traces = [t for _s, t in _ran(got)]
+                return list(zip(tried, traces, strict=False)), got
         return None
 
     # steps that did nothing in the failing run (no operation at all) go first, together
-    busy = [s for s in steps if s.get("_ops", 1) > 0]
+    busy = [(s, t) for s, t in steps if t.ops > 0]
     if len(busy) < len(steps) and more():
         res = attempt(busy)
         if res:
@@ -604,83 +622,104 @@ def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SH
         progressed = True
         while progressed:
             progressed = False
-            for simpler in _simplifications(steps[i]):
+            for simpler in _simplifications(steps[i][0]):
                 if not more():
-                    return Failure(steps, best.history, best.violations)
-                cand = steps[:i] + [simpler] + steps[i + 1:]
+                    return _shrunk(steps, best)
+                cand = [s for s, _t in steps[:i]] + [simpler] + [s for s, _t in steps[i + 1:]]
                 got = _fails_like(runner, cand, inv, tries)
                 if got:
-                    steps[i], best, progressed = simpler, got, True
+                    steps[i], best, progressed = (simpler, steps[i][1]), got, True
                     break
     # keep the shrunk steps (an explicit schedule prefix, then the default order), not the
     # full decision lists the executor recorded while running them
-    return Failure(steps, best.history, best.violations)
+    return _shrunk(steps, best)
 
 
-def renumber(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _shrunk(steps: list[tuple[Step, StepTrace]], best: Failure) -> Failure:
+    return Failure([s for s, _t in steps], best.history, best.violations, [t for _s, t in steps])
+
+
+def renumber(steps: list[tuple[Step, StepTrace]]) -> list[Step]:
     """Keep references pointing at the same objects after steps were deleted.
 
     Steps name tasks and claims by position from the newest, so deleting a dispatch shifts
-    every later reference. The executor annotated each step with the absolute positions it
-    referred to (``_refs``) and created (``_first``, ``_made``); this rewrites the
-    references of a shortened list to the positions those objects now have (assuming the
-    surviving steps create the same objects, which the shrinker then checks by running)."""
+    every later reference. Each step comes with the trace of its last run: the absolute
+    positions it referred to and created; this rewrites the references of a shortened
+    list to the positions those objects now have (assuming the surviving steps create the
+    same objects, which the shrinker then checks by running)."""
     tasks = claims = 0
     new_task: dict[int, int] = {}
     new_claim: dict[int, int] = {}
-    out = []
-    for st in steps:
-        st = dict(st)
-        refs = st.get("_refs") or {}
-        old_tasks = [new_task.get(i) for i in refs.get("tasks", [])]
-        old_claims = [new_claim.get(i) for i in refs.get("claims", [])]
-        if st.get("kind") == "dispatch" and old_tasks and st.get("deps"):
-            st["deps"] = [tasks - 1 - n if n is not None else d
-                          for d, n in zip(st["deps"], old_tasks, strict=False)]
-        elif "task" in st and old_tasks and old_tasks[0] is not None:
-            st["task"] = tasks - 1 - old_tasks[0]
-        if "claim" in st and old_claims and old_claims[0] is not None:
-            st["claim"] = claims - 1 - old_claims[0]
-        first, made = st.get("_first"), st.get("_made")
-        if first and made:
-            for k in range(made[0]):
-                new_task[first[0] + k] = tasks + k
-            for k in range(made[1]):
-                new_claim[first[1] + k] = claims + k
-            tasks, claims = tasks + made[0], claims + made[1]
+    out: list[Step] = []
+    for st, tr in steps:
+        old_tasks = [new_task.get(i) for i in tr.task_refs]
+        old_claims = [new_claim.get(i) for i in tr.claim_refs]
+        if isinstance(st, Dispatch) and old_tasks and st.depends_on:
+            st = replace(st, depends_on=tuple(tasks - 1 - n if n is not None else d for d, n
+                                              in zip(st.depends_on, old_tasks, strict=False)))
+        elif isinstance(st, RaceClaim) and old_tasks and old_tasks[0] is not None:
+            st = replace(st, task=tasks - 1 - old_tasks[0])
+        if (isinstance(st, (Holder, Clock, Fault)) and st.claim is not None and old_claims
+                and old_claims[0] is not None):
+            st = replace(st, claim=claims - 1 - old_claims[0])
+        for k in range(tr.made_tasks):
+            new_task[tr.first_task + k] = tasks + k
+        for k in range(tr.made_claims):
+            new_claim[tr.first_claim + k] = claims + k
+        tasks, claims = tasks + tr.made_tasks, claims + tr.made_claims
         out.append(st)
     return out
 
 
-def public_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Steps as reports show them: without the executor's ``_`` annotations."""
-    return [{k: v for k, v in st.items() if not k.startswith("_")} for st in steps]
+def public_steps(steps: list[Step]) -> list[dict[str, Any]]:
+    """Steps as reports and the example database store them (``steps.step_to_json``)."""
+    return [step_to_json(st) for st in steps]
 
 
-def _simplifications(step: dict[str, Any]) -> list[dict[str, Any]]:
+def recorded_schedules(steps: list[Step]) -> list[tuple[int, ...]]:
+    """The schedule decisions the steps recorded, round by round, in order."""
+    return [r for st in steps if isinstance(st, Scheduled) for r in st.schedules]
+
+
+def step_label(st: Step) -> str:
+    """What the coverage counts a step as: its kind, or what makes it special (a lease or
+    lock boundary, a holder race, a hostile case)."""
+    if isinstance(st, Clock) and st.offset is not None:
+        return f"lease boundary {st.offset:+d}"
+    if isinstance(st, LockRace) and st.offset is not None:
+        return f"lock boundary {st.offset:+d}"
+    if isinstance(st, Holder) and st.race > 1:
+        return "holder race"
+    if isinstance(st, Hostile):
+        return f"hostile {st.case}"
+    return kind(st)
+
+
+def _simplifications(step: Step) -> list[Step]:
     """Smaller variants of one step, most useful first: fewer racers, no dependencies,
     then shorter schedules (a decision dropped, or the tail cut and left to the default
     order "lowest worker runs on")."""
-    out = []
+    out: list[Step] = []
 
-    def two_racers(smaller: dict[str, Any]) -> list[dict[str, Any]]:
+    def two_racers(smaller: Step) -> list[Step]:
         """With two racers left, a recorded schedule's later workers become worker 1."""
         variants = [smaller]
-        if smaller.get("schedules"):
-            variants.append({**smaller, "schedules": [[min(p, 1) for p in r]
-                                                      for r in smaller["schedules"]]})
+        if isinstance(smaller, Scheduled) and smaller.schedules:
+            variants.append(replace(smaller, schedules=tuple(tuple(min(p, 1) for p in r)
+                                                             for r in smaller.schedules)))
         return variants
 
-    for key in ("agents", "owners"):
-        if len(step.get(key, [])) > 2:
-            out += two_racers({**step, key: step[key][:2]})
-    if step.get("race", 1) > 2:
-        out += two_racers({**step, "race": 2})
-    if step.get("deps"):
-        out.append({**step, "deps": []})
-    rounds = step.get("schedules")
-    if rounds:
-        base = {k: v for k, v in step.items() if k != "pct"}
+    if isinstance(step, (RaceClaim, RacePoll)) and len(step.agents) > 2:
+        out += two_racers(replace(step, agents=step.agents[:2]))
+    if isinstance(step, LockRace) and len(step.owners) > 2:
+        out += two_racers(replace(step, owners=step.owners[:2]))
+    if isinstance(step, Holder) and step.race > 2:
+        out += two_racers(replace(step, race=2))
+    if isinstance(step, Dispatch) and step.depends_on:
+        out.append(replace(step, depends_on=()))
+    if isinstance(step, Scheduled) and step.schedules:
+        rounds = step.schedules
+        base = replace(step, pct=None)
         for r, decisions in enumerate(rounds):
             variants = [decisions[:cut] for cut in (0, len(decisions) // 2, len(decisions) - 1)]
             variants += [decisions[:i] + decisions[i + 1:] for i in range(len(decisions))]
@@ -688,11 +727,11 @@ def _simplifications(step: dict[str, Any]) -> list[dict[str, Any]]:
             for v in variants:
                 if len(v) < len(decisions) and tuple(v) not in seen:
                     seen.add(tuple(v))
-                    out.append({**base, "schedules": rounds[:r] + [v] + rounds[r + 1:]})
-        if "pct" in step:
+                    out.append(replace(base, schedules=rounds[:r] + (tuple(v),) + rounds[r + 1:]))
+        if step.pct is not None:
             out.append(base)
-    if step.get("race", 1) == 2:
-        out.append({**step, "race": 1})
+    if isinstance(step, Holder) and step.race == 2:
+        out.append(replace(step, race=1))
     return out
 
 
@@ -711,6 +750,7 @@ def replay_count(runner: Runner, failure: Failure, tries: int) -> tuple[tuple[in
 
 def write_report(outcome: Outcome, *, argv_replay: str | None = None) -> Path:
     """report.json, history.jsonl, report.md and timeline.html in the report directory."""
+    # why: the renderers load only when a report is written (replays and shrinking never do)
     from harness.report.markdown import render_markdown
     from harness.report.timeline import render_timeline
 

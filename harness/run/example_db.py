@@ -30,6 +30,7 @@ SPEC_HELP = ("none | dir:PATH | redis://HOST:PORT/N | github:OWNER/REPO[/ARTIFAC
 def open_example_db(spec: str | None, default_dir: str) -> Any:
     """The database a spec names; ``None`` spec means ``default_dir``; ``none`` means no
     database. Raises :class:`ExampleDbError` with what to fix."""
+    # why: the CLI and the pytest plugin import this module for SPEC_HELP; Hypothesis loads only when a database is opened
     from hypothesis.database import DirectoryBasedExampleDatabase, MultiplexedDatabase
 
     spec = (spec or "").strip()
@@ -49,7 +50,7 @@ def open_example_db(spec: str | None, default_dir: str) -> Any:
 
 
 def _redis(url: str) -> Any:
-    try:
+    try:  # why: redis is an optional extra, needed only for redis:// databases
         import redis
         from hypothesis.extra.redis import RedisExampleDatabase
     except ImportError:
@@ -64,6 +65,7 @@ def _redis(url: str) -> Any:
 
 
 def _github(spec: str) -> Any:
+    # why: as in open_example_db, Hypothesis loads only when a database is opened
     from hypothesis.database import GitHubArtifactDatabase, ReadOnlyDatabase
 
     parts = spec[len("github:"):].strip("/").split("/")

@@ -1,25 +1,47 @@
-"""Runs *steps* — plain-data descriptions of what to do — against the worker pool.
+"""Runs *steps* (:mod:`harness.run.steps`) against the worker pool.
 
 The generator (Hypothesis) only draws steps; this module carries them out, records every
 operation in the history, and checks the invariants after each step. Because steps are
 plain data, a failing example is a JSON list that ``ferry-harness replay`` can run again,
 and that our own shrinker can cut down, without Hypothesis.
 
-References inside steps are indices into what the run has produced so far, counted from
-the newest (0 = the task dispatched last, the claim made last), taken modulo the count, so
-a shrunk or replayed list of steps always resolves to something, and small indices (what
-shrinking tends to) point at the freshest, most interesting objects.
+A fault step is carried out here too, Jepsen style: the nemesis
+(:mod:`harness.run.nemesis`) only injects the fault (kill, freeze, thaw, draws of when);
+the executor picks the victim, runs the orphan probe, the zombie's calls and the checks
+after a fault as ordinary operations, and the checker judges the annotations they leave
+(``probe``, ``zombie``, ``integrity``). See the nemesis module for what each fault does.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.check.checker import Checker, Violation
-from harness.check.history import OK, History, Op
+from harness.check.history import FAIL, INFO, OK, History, Op
+from harness.run.nemesis import Nemesis, wait_until
+from harness.run.steps import (
+    Audit,
+    Checkpoint,
+    Clock,
+    Dispatch,
+    Fault,
+    Holder,
+    Hostile,
+    IdlePoll,
+    LockOp,
+    LockRace,
+    RaceClaim,
+    RacePoll,
+    Reads,
+    Scheduled,
+    Step,
+)
 from harness.runtime import schedule
 from harness.runtime.client import PlannedCall, WorkerPool
 from harness.runtime.clock import SharedClock
@@ -29,6 +51,10 @@ _SETTLE_POLLS = 50  # polls before an idle probe, each may take a ready task
 READER_HOLD_S = 0.2  # how long the "checkpoint with a reader open" probe keeps its snapshot
 STALL_S = 1.0  # an op that ran this long kept the other workers waiting: a report finding
 START_MS = 1_000_000_000
+RESCUERS = 3  # workers racing to reclaim a faulted holder's task
+DRAIN_ROUNDS = 8  # polling rescuers handed other ready tasks poll again, at most this often
+VICTIM_EXEC_TTL_MS = 300  # lease length of a fresh victim task when no live claim is drawn
+CLOCK_FAULT_MS = 1000  # a clock fault's jump when its step names none
 
 
 @dataclass
@@ -51,11 +77,28 @@ class Stats:
 
 @dataclass
 class KnownClaim:
-    task_id: str
-    agent: str
-    token: str
-    slot: int
-    expires: int | None
+    """A lease the run has seen granted (its expiry moves with accepted extends)."""
+
+    task_id: str  # the task it is on
+    agent: str  # the agent that holds it
+    token: str  # its fencing token
+    slot: int  # the worker slot that claimed it
+    expires: int | None  # lease expiry on the harness clock, ms; None: not on our clock
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepTrace:
+    """What one step referred to and created when it ran, as absolute positions in the
+    run's task and claim lists: the shrinker renumbers references with these when it
+    deletes steps (see ``campaign.renumber``)."""
+
+    task_refs: tuple[int, ...] = ()  # positions of the tasks it referred to, in order
+    claim_refs: tuple[int, ...] = ()  # positions of the claims it referred to, in order
+    first_task: int = 0  # how many tasks the run had before the step
+    first_claim: int = 0  # how many claims the run had before the step
+    made_tasks: int = 0  # tasks the step created
+    made_claims: int = 0  # claims the step created
+    ops: int = 0  # operations the step ran (0: it did nothing)
 
 
 def _holder_hostile(field: str, value: Any) -> Any:
@@ -105,7 +148,7 @@ class Executor:
 
     def __init__(self, pool: WorkerPool, clock: SharedClock, path: str, *,
                  checker: Checker | None = None, stats: Stats | None = None,
-                 example: int = 0, nemesis: Any = None, mode: str = "stress") -> None:
+                 example: int = 0, nemesis: Nemesis | None = None, mode: str = "stress") -> None:
         self.pool = pool
         self.clock = clock
         self.path = path
@@ -115,14 +158,16 @@ class Executor:
         self.nemesis = nemesis
         self.mode = mode
         self.history = History()
-        self._step: dict[str, Any] = {}
-        self._round_in_step = 0
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[Step] = []  # the steps as run (values drawn while running filled in)
+        self.traces: list[StepTrace] = []  # one per step: what it referred to and created
         self.tasks: list[str] = []
         self.claims: list[KnownClaim] = []
         self.lock_expires: int | None = None
         self.violations: list[Violation] = []
         self.round = 0
+        self._step: Step = Audit()  # the step running now, as given
+        self._round_in_step = 0
+        self._schedules: list[tuple[int, ...]] | None = None  # recorded by this step's rounds
         self._learned: set[int] = set()  # op indices already taken into tasks / claims
         self._refs: dict[str, list[int]] = {}  # what the current step referred to
         for suffix in ("", "-wal", "-shm"):
@@ -144,9 +189,10 @@ class Executor:
         """In schedule mode: the step's recorded decisions for this round, then PCT."""
         if self.mode != "schedule" or "schedule-points" not in self.capabilities:
             return None
-        recorded = self._step.get("schedules", [])
-        explicit = recorded[self._round_in_step] if self._round_in_step < len(recorded) else []
-        seed = self._step.get("pct")
+        s = self._step
+        recorded = s.schedules if isinstance(s, Scheduled) else ()
+        explicit = recorded[self._round_in_step] if self._round_in_step < len(recorded) else ()
+        seed = s.pct if isinstance(s, Scheduled) else None
         return schedule.Chooser(explicit=list(explicit), seed=seed)
 
     def _run(self, calls: list[PlannedCall], **extra: Any) -> list[Op]:
@@ -157,10 +203,13 @@ class Executor:
         ops = self.pool.run(calls, self.history, round_id=self.round, example=self.example,
                             chooser=chooser)
         if chooser is not None:
-            rounds = self._step.setdefault("schedules", [])
+            if self._schedules is None:
+                s = self._step
+                self._schedules = list(s.schedules) if isinstance(s, Scheduled) else []
+            rounds = self._schedules
             while len(rounds) <= self._round_in_step:
-                rounds.append([])
-            rounds[self._round_in_step] = list(chooser.taken)  # replays follow these exactly
+                rounds.append(())
+            rounds[self._round_in_step] = tuple(chooser.taken)  # replays follow these exactly
             self._round_in_step += 1
         for op in ops:
             op.extra.update(extra)
@@ -218,62 +267,71 @@ class Executor:
         return True
 
     # ------------------------------------------------------------------ steps
-    def run_step(self, step: dict[str, Any]) -> list[Violation]:
+    def run_step(self, step: Step) -> list[Violation]:
         """Carry out one step, then check the invariants on what it produced.
 
-        The step is annotated (keys starting with ``_``) with what it referred to and
-        created, as absolute positions, so the shrinker can renumber references when it
-        deletes steps (see ``campaign.renumber``)."""
+        ``steps`` gets the step as run (what the store could not take dropped, values drawn
+        while running filled in, schedules recorded) and ``traces`` what it referred to and
+        created, so the shrinker can renumber references when it deletes steps."""
+        handler = self._HANDLERS.get(type(step))
+        if handler is None:
+            raise TypeError(f"not a step: {step!r}")
         self.steps.append(step)
-        self._step, self._round_in_step = step, 0
+        self._step, self._round_in_step, self._schedules = step, 0, None
         self.stats.steps += 1
         start = len(self.history)
-        handler = getattr(self, f"_step_{step['kind'].replace('-', '_')}", None)
-        if handler is None:
-            raise ValueError(f"unknown step kind {step['kind']!r}")
         self._refs = {}
         first = (len(self.tasks), len(self.claims))
-        handler(step)
+        ran = handler(self, step)
+        if self._schedules is not None and isinstance(ran, Scheduled):
+            ran = replace(ran, schedules=tuple(self._schedules))
+        self.steps[-1] = ran
         new = self.history.ops[start:]
         if new and "wal-file" in self.capabilities:  # the growth bound, sampled every step
             new[-1].extra["wal_after_step"] = self.pool.wal_size()
         self._learn(new)
-        step["_refs"] = self._refs
-        step["_first"] = list(first)
-        step["_made"] = [len(self.tasks) - first[0], len(self.claims) - first[1]]
-        step["_ops"] = len(new)
+        self.traces.append(StepTrace(
+            task_refs=tuple(self._refs.get("tasks", ())),
+            claim_refs=tuple(self._refs.get("claims", ())),
+            first_task=first[0], first_claim=first[1],
+            made_tasks=len(self.tasks) - first[0], made_claims=len(self.claims) - first[1],
+            ops=len(new)))
         found = self.checker.check(self.history, new) if new else []
         self.violations.extend(found)
         return found
 
-    def _step_dispatch(self, s: dict[str, Any]) -> None:
+    def _step_dispatch(self, s: Dispatch) -> Step:
         # the step records what is really sent: a target or dependencies the store cannot
         # take are dropped from the step itself, so reports and replays show the truth
-        if "targets" not in self.capabilities and s.get("target") is not None:
-            s["target"] = None
-        if ("dag" not in self.capabilities or not self.tasks) and s.get("deps"):
-            s["deps"] = []
-        deps = sorted({self._task(i) for i in s.get("deps", [])}) if self.tasks else []
-        target = s.get("target")
-        args: dict[str, Any] = {"target_agent": target, "queue_ttl_ms": s["qttl"],
-                                "exec_ttl_ms": s["ettl"], "max_attempts": s.get("attempts", 1),
+        if "targets" not in self.capabilities and s.target_agent is not None:
+            s = replace(s, target_agent=None)
+        if ("dag" not in self.capabilities or not self.tasks) and s.depends_on:
+            s = replace(s, depends_on=())
+        deps = sorted({self._task(i) for i in s.depends_on}) if self.tasks else []
+        args: dict[str, Any] = {"target_agent": s.target_agent, "queue_ttl_ms": s.queue_ttl_ms,
+                                "exec_ttl_ms": s.exec_ttl_ms, "max_attempts": s.max_attempts,
                                 "payload": {"n": len(self.tasks)}}
         if deps and "dag" in self.capabilities:
             args["depends_on"] = deps
         self._one(0, "dispatch", "client", **args)
+        return s
 
-    def _step_race_claim(self, s: dict[str, Any]) -> None:
+    def _step_race_claim(self, s: RaceClaim) -> Step:
         if not self.tasks:
-            return
-        task = self._task(s["task"])
-        agents = s["agents"][: self.pool.size]
+            return s
+        task = self._task(s.task)
+        agents = s.agents[: self.pool.size]
         if "claim" in self.capabilities:
             self._run([PlannedCall(i, "claim", {"task_id": task}, a) for i, a in enumerate(agents)])
         else:
-            self._step_race_poll(s)
+            self._poll_race(agents)
+        return s
 
-    def _step_race_poll(self, s: dict[str, Any]) -> None:
-        agents = s["agents"][: self.pool.size]
+    def _step_race_poll(self, s: RacePoll) -> Step:
+        self._poll_race(s.agents[: self.pool.size])
+        return s
+
+    def _poll_race(self, agents: tuple[str, ...]) -> None:
         self._run([PlannedCall(i, "poll_next", {}, a) for i, a in enumerate(agents)])
 
     def _holder_args(self, c: KnownClaim, op: str, tag: int) -> dict[str, Any]:
@@ -288,20 +346,20 @@ class Executor:
             args["partial"] = {"part": tag, "step": len(self.steps)}
         return args
 
-    def _step_holder(self, s: dict[str, Any]) -> None:
-        if not self.claims or s["op"] not in self.capabilities:
-            return
-        c = self._claim(s["claim"])
-        op, who = s["op"], s.get("who", "holder")
+    def _step_holder(self, s: Holder) -> Step:
+        if not self.claims or s.op not in self.capabilities:
+            return s
+        c = self._claim(s.claim)
+        op, who = s.op, s.who
         other = self._slot(c.slot + 1)
-        if s.get("repeat"):  # the same holder again and again: limits must bite
-            self._repeat(c, op, s["repeat"])
-            return
+        if s.repeat:  # the same holder again and again: limits must bite
+            self._repeat(c, op, s.repeat)
+            return s
         if who == "holder":
-            racers = max(1, min(s.get("race", 1), self.pool.size))
+            racers = max(1, min(s.race, self.pool.size))
             slots = [self._slot(c.slot + i) for i in range(racers)]
             self._run([PlannedCall(sl, op, self._holder_args(c, op, sl), c.agent) for sl in slots])
-            return
+            return s
         args = self._holder_args(c, op, other)
         agent = c.agent
         if who == "impersonator":  # same agent name, another process, no token
@@ -311,6 +369,7 @@ class Executor:
         elif who == "other-agent":  # the right token in the wrong agent's hands
             agent = "mallory"
         self._run([PlannedCall(other, op, args, agent)])
+        return s
 
     def _repeat(self, c: KnownClaim, op: str, times: int) -> None:
         """``extend`` ``times`` times, or ``release`` and claim again ``times`` times."""
@@ -326,57 +385,61 @@ class Executor:
                 return
             c = self.claims[-1]
 
-    def _step_hostile(self, s: dict[str, Any]) -> None:
+    def _step_hostile(self, s: Hostile) -> Step:
         """One call with a hostile argument (see HOSTILE_CASES)."""
-        case = HOSTILE_CASES.get(s.get("case", ""))
+        case = HOSTILE_CASES.get(s.case)
         if case is None:
-            return
+            return s
         op, make = case
         if op not in self.capabilities:
-            return
+            return s
         args = make(self)
         if args is None:
-            return
+            return s
         if op == "dispatch" and "dag" not in self.capabilities:
             args.pop("depends_on", None)
         agent = args.pop("_agent", "mallory")
         self._one(1, op, agent, **args)
+        return s
 
-    def _step_clock(self, s: dict[str, Any]) -> None:
-        if "tick" in s:
-            self.clock.advance(s["tick"])
-            return
+    def _step_clock(self, s: Clock) -> Step:
+        if s.tick is not None:
+            self.clock.advance(s.tick)
+            return s
         if not self.claims:
-            return
-        c = self._claim(s["claim"])
+            return s
+        c = self._claim(s.claim or 0)
         if c.expires is not None:  # None: the target's lease is not on the harness clock
-            self._set_clock(c.expires + s.get("offset", 0))
+            self._set_clock(c.expires + (s.offset or 0))
+        return s
 
-    def _step_lock_race(self, s: dict[str, Any]) -> None:
+    def _step_lock_race(self, s: LockRace) -> Step:
         if "acquire_lock" not in self.capabilities:
-            return
-        if s.get("offset") is not None and self.lock_expires is not None:
-            self._set_clock(self.lock_expires + s["offset"])
-        owners = s["owners"][: self.pool.size]
-        self._run([PlannedCall(i, "acquire_lock", {"name": LOCK_NAME, "owner": o, "ttl_ms": s["ttl"]}, o)
+            return s
+        if s.offset is not None and self.lock_expires is not None:
+            self._set_clock(self.lock_expires + s.offset)
+        owners = s.owners[: self.pool.size]
+        self._run([PlannedCall(i, "acquire_lock", {"name": LOCK_NAME, "owner": o, "ttl_ms": s.ttl_ms}, o)
                    for i, o in enumerate(owners)])
+        return s
 
-    def _step_lock_op(self, s: dict[str, Any]) -> None:
-        if s["op"] not in self.capabilities:
-            return
+    def _step_lock_op(self, s: LockOp) -> Step:
+        if s.op not in self.capabilities:
+            return s
         args = {"name": LOCK_NAME}
-        if s["op"] == "release_lock":
-            args["owner"] = s["owner"]
-        self._one(1, s["op"], s.get("owner", "observer"), **args)
+        if s.op == "release_lock":
+            args["owner"] = s.owner
+        self._one(1, s.op, s.owner, **args)
+        return s
 
-    def _step_idle_poll(self, s: dict[str, Any]) -> None:
+    def _step_idle_poll(self, s: IdlePoll) -> Step:
         """Settle, then poll: if nothing came back the poll was idle and must not write.
 
         Settling makes the measured poll idle by construction (PROTOCOL.md#freedoms-a-correct-store-may-take: a poll that applies
         a due expiry or claims a task has work to do and may write): sweep where the store
         has it, then poll until a poll comes back empty, all at one frozen instant."""
         if "wal-file" not in self.capabilities:
-            return
+            return s
         if "sweep" in self.capabilities:
             self._one(0, "sweep", "janitor")
         for _ in range(_SETTLE_POLLS):
@@ -384,14 +447,15 @@ class Executor:
             if settle.type != OK or settle.value is None:
                 break
         else:
-            return  # still claiming work: no idle instant to measure
+            return s  # still claiming work: no idle instant to measure
         before, mark = self.pool.wal_size(), self.pool.wal_mark()
         op = self._one(0, "poll_next", "idle-probe")
         op.extra.update(wal_before=before, wal_after=self.pool.wal_size(),
                         wal_mark_before=mark, wal_mark_after=self.pool.wal_mark(),
                         idle=op.type == OK and op.value is None)
+        return s
 
-    def _step_reads(self, s: dict[str, Any]) -> None:
+    def _step_reads(self, s: Reads) -> Step:
         """Reads must not write: measure the -wal around each one."""
         has_wal = "wal-file" in self.capabilities
         calls: list[tuple[str, dict[str, Any]]] = []
@@ -409,11 +473,15 @@ class Executor:
                 op.extra.update(wal_before=before, wal_after=self.pool.wal_size(),
                                 wal_mark_before=mark, wal_mark_after=self.pool.wal_mark(),
                                 idle=True)
+        return s
 
-    def _step_checkpoint(self, s: dict[str, Any]) -> None:
+    def _step_checkpoint(self, s: Checkpoint) -> Step:
+        self._checkpoint(reader=s.reader)
+        return s
+
+    def _checkpoint(self, *, reader: bool) -> None:
         if "checkpoint" not in self.capabilities or "wal-file" not in self.capabilities:
             return
-        reader = bool(s.get("reader"))
         if reader:  # the outside reader lets go after READER_HOLD_S, whatever the store does
             self.round += 1
             op = self.pool.run_with_reader(
@@ -427,7 +495,7 @@ class Executor:
             op = self._one(0, "checkpoint", "janitor", mode="TRUNCATE")
             op.extra.update(reader=False, wal_after=self.pool.wal_size())
 
-    def _step_audit(self, s: dict[str, Any]) -> None:
+    def _step_audit(self, s: Audit) -> Step:
         """End of an example: materialise expiries, then read everything back."""
         if "sweep" in self.capabilities:
             self._one(0, "sweep", "janitor")
@@ -436,17 +504,346 @@ class Executor:
                 self._one(1, "get", "auditor", task_id=tid)
             if "salvaged" in self.capabilities:
                 self._one(1, "salvaged", "auditor", task_id=tid)
-        self._step_checkpoint({"reader": False})
+        self._checkpoint(reader=False)
         if "wal-file" in self.capabilities:  # PRAGMA integrity_check, in a separate process
-            from harness.run.nemesis import integrity_probe
+            self.integrity_check()
+        return s
 
-            integrity_probe(self)
-
-    def _step_fault(self, s: dict[str, Any]) -> None:
-        if self.nemesis is None:
-            return
-        self.nemesis.inject(self, s)
+    def integrity_check(self) -> Op:
+        """``PRAGMA integrity_check`` in the pool's reader process (never a worker that
+        loaded the target), recorded as an ``integrity_check`` op whose
+        ``extra["integrity"]`` the checker reads ("ok" or SQLite's list of problems)."""
+        t0 = time.monotonic_ns()
+        text = self.pool.integrity()
+        return self.history.append(Op(
+            index=self.history.next_index(), process=-1, agent="nemesis", op="integrity_check",
+            args={"pragma": "integrity_check"}, invoke_ns=t0, now=self.clock(),
+            complete_ns=time.monotonic_ns(), type=OK, value=text, example=self.example,
+            extra={"integrity": text}))
 
     def finish(self) -> list[Violation]:
         """The closing audit step."""
-        return self.run_step({"kind": "audit"})
+        return self.run_step(Audit())
+
+    # ------------------------------------------------------------------ faults
+    # The nemesis injects (kill, freeze, thaw) and draws when; everything else a fault
+    # step does is ordinary operations, run here. ``stats.faults`` counts faults by kind
+    # and by where they landed (``kill:mid-op``, ``kill:in-write-tx``, ``kill:after-op``,
+    # ``pause:mid-op``, ``pause:after-op``, ``pause:in-write-tx``; ``kill-missed``: the op
+    # finished before the kill).
+    def _count(self, key: str) -> None:
+        self.stats.faults[key] = self.stats.faults.get(key, 0) + 1
+
+    def _note(self, fault: str, *, count: bool = True, at_ns: int | None = None,
+              **args: Any) -> Op:
+        """Record a fault in the history, as an op of the nemesis (process -1)."""
+        t = at_ns or time.monotonic_ns()
+        op = self.history.append(Op(index=self.history.next_index(), process=-1,
+                                    agent="nemesis", op="nemesis", args={"fault": fault, **args},
+                                    invoke_ns=t, now=self.clock(), complete_ns=t, type=OK,
+                                    example=self.example))
+        if count:
+            self._count(fault)
+        return op
+
+    def _timed_one(self, nemesis: Nemesis, slot: int, op: str, agent: str, **args: Any) -> Op:
+        """``_one``, telling the nemesis how long the call took to reach the store."""
+        sent = time.monotonic_ns()
+        o = self._one(slot, op, agent, **args)
+        if o.type != INFO and o.invoke_ns >= sent:
+            nemesis.latency_seen(o.invoke_ns - sent)
+        return o
+
+    def _step_fault(self, s: Fault) -> Step:
+        nemesis = self.nemesis
+        if nemesis is None:
+            return s
+        if s.fault == "clock":
+            ms = s.tick if s.tick is not None else CLOCK_FAULT_MS
+            nemesis.jump(self.clock, ms)
+            self._note("clock", ms=ms)
+            return s
+        caps = self.capabilities
+        if "fulfill" not in caps or not ({"claim", "poll_next"} & caps):
+            return s
+        # without a lease on our clock the fault still runs: no expiry to probe, but the
+        # dead or frozen holder keeps its task (rescuers must get nothing) and the
+        # integrity, inspect and WAL checks follow as after any fault
+        victim, s = self._victim(nemesis, s)
+        if victim is None:
+            return s
+        if s.fault == "kill":
+            s = self._kill(nemesis, s, victim)
+        elif s.fault == "pause":
+            s = self._pause(nemesis, s, victim)
+        self._after_fault()
+        return s
+
+    def _live(self, c: KnownClaim) -> bool:
+        """Is ``c`` (probably) still the lease on its task, with room for ``expires - 1``?"""
+        if c.expires is not None and self.clock() >= c.expires - 1:
+            return False
+        if any(k.task_id == c.task_id and k is not c
+               for k in self.claims[self.claims.index(c) + 1:]):
+            return False
+        return not any(o.op in ("fulfill", "fail", "release") and o.type != FAIL
+                       and o.args.get("token") == c.token for o in self.history)
+
+    def _victim(self, nemesis: Nemesis, s: Fault) -> tuple[KnownClaim | None, Fault]:
+        """The drawn claim if it still holds its lease, else a fresh lease of our own."""
+        if self.claims:
+            c = self._claim(s.claim or 0)
+            if self._live(c):
+                return c, s
+        if "dispatch" not in self.capabilities:
+            return None, s
+        if s.slot is None:
+            s = replace(s, slot=nemesis.draw_slot(self.pool.size))
+        if s.exec_ttl_ms is None:
+            s = replace(s, exec_ttl_ms=VICTIM_EXEC_TTL_MS)
+        slot = s.slot % self.pool.size
+        d = self._timed_one(nemesis, 0, "dispatch", "client", target_agent=None,
+                            queue_ttl_ms=10_000, exec_ttl_ms=s.exec_ttl_ms, max_attempts=2,
+                            payload={"victim": len(self.steps)})
+        if d.type != OK:
+            return None, s
+        if "claim" in self.capabilities:
+            got = self._timed_one(nemesis, slot, "claim", "alice", task_id=d.value)
+        else:
+            got = self._timed_one(nemesis, slot, "poll_next", "alice")
+        if got.type != OK or not got.value:
+            return None, s
+        v = got.value
+        return KnownClaim(v["task_id"], "alice", v["token"], slot, v["lease_expires_at"]), s
+
+    def _kill(self, nemesis: Nemesis, s: Fault, c: KnownClaim) -> Fault:
+        """SIGKILL the holder while its ``fulfill`` is in flight, then the orphan probe."""
+        if s.aim is None:
+            s = replace(s, aim=nemesis.draw_aim())
+        if s.aim == "write-tx":
+            delay = 0.0
+            if s.delay_us is None:
+                s = replace(s, delay_us=0)
+        else:
+            if s.delay_us is None:
+                s = replace(s, delay_us=nemesis.draw_delay_us(self.history))
+            delay = s.delay_us / 1e6
+        call = PlannedCall(c.slot, "fulfill", self._holder_args(c, "fulfill", c.slot), c.agent)
+        old_id = self.pool.slots[c.slot].id
+        killer = nemesis.kill_timer(self.pool, c.slot, delay, aim=s.aim)
+        killer.arm(time.monotonic_ns())
+        try:
+            [op] = self._run([call])
+        finally:
+            killed = killer.finish()
+        if not killed:  # it finished (and the timer was cancelled) before the kill
+            self._note("kill-missed", slot=c.slot, worker=old_id, delay_us=s.delay_us,
+                       task=c.task_id, landed="never: the op finished first", op_index=op.index)
+            return s
+        landed = "mid-op" if op.type == INFO else "after-op"
+        self._count("kill")
+        self._count(f"kill:{landed}")
+        if killer.in_write_tx:
+            self._count("kill:in-write-tx")
+        self._note("kill", count=False, at_ns=killer.at_ns, slot=c.slot, worker=old_id,
+                   new_worker=self.pool.slots[c.slot].id, aim=s.aim, delay_us=s.delay_us,
+                   task=c.task_id, landed=landed, in_write_tx=killer.in_write_tx,
+                   op_index=op.index)
+        op.extra["killed"] = {"delay_us": s.delay_us, "in_write_tx": killer.in_write_tx}
+        if op.type == INFO:
+            winner = self._probe(c, op, "killed")
+            if winner is not None:
+                self._complete(winner)
+        return s
+
+    def _pause(self, nemesis: Nemesis, s: Fault, c: KnownClaim) -> Fault:
+        """SIGSTOP the holder while its ``fulfill`` is in flight, hold it past its lease
+        (rescuers race), SIGCONT: the zombie's call, and one more with its old token, must
+        be refused. A pause inside the write transaction is lifted at once."""
+        if s.delay_us is None:
+            s = replace(s, delay_us=nemesis.draw_delay_us(self.history))
+        delay = s.delay_us / 1e6
+        pool = self.pool
+        zslot, zombie = c.slot, pool.slots[c.slot]
+        call = PlannedCall(zslot, "fulfill", self._holder_args(c, "fulfill", zslot), c.agent)
+        start = len(self.history)
+        box: dict[str, Any] = {}
+
+        def in_flight() -> None:
+            try:
+                self._run([call])
+            except BaseException as exc:  # re-raised on the main thread
+                box["error"] = exc
+
+        th = threading.Thread(target=in_flight, name="ferry-zombie", daemon=True)
+        sent = time.monotonic_ns()
+        th.start()
+        deadline = time.monotonic() + 5
+        while len(self.history) == start and th.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.00002)
+        if len(self.history) == start:  # the call never went out
+            th.join(pool.op_timeout_s + 5)
+            if "error" in box:
+                raise box["error"]
+            return s
+        zop = self.history.ops[start]  # the helper thread's op: nothing else was appended since
+        wait_until(sent + int(delay * 1e9))
+        at_ns, in_tx = nemesis.freeze(pool, zslot)
+        winner = None
+        try:
+            if in_tx:
+                self._count("pause:in-write-tx")
+            else:
+                others = [(zslot + i) % pool.size for i in range(1, pool.size)]
+                # the clock moves only with rescuers racing (their ops tell the checker
+                # it moved while the zombie was frozen): a silent jump would make the
+                # zombie's refusal look like one before expires
+                winner = self._probe(c, zop, "paused", slots=others, in_flight=True)
+        finally:
+            nemesis.thaw(pool, zslot)
+            th.join(pool.op_timeout_s + 5)
+        if pool.slots[zslot] is not zombie:  # replaced on the helper thread: redo it here
+            pool.replace(zslot)
+        if "error" in box:
+            raise box["error"]
+        landed = "in-write-tx" if in_tx else ("mid-op" if zop.complete_ns and zop.complete_ns > at_ns
+                                               else "after-op")
+        if landed != "in-write-tx":
+            self._count(f"pause:{landed}")
+        self._note("pause", at_ns=at_ns, slot=zslot, worker=zombie.id, task=c.task_id,
+                   delay_us=s.delay_us, landed=landed, expires=c.expires, op_index=zop.index)
+        self._note("resume", count=False, slot=zslot, worker=zombie.id)
+        rescued = winner.index if winner is not None else None
+        zop.extra["zombie"] = {"task": c.task_id, "expires": c.expires, "rescued_by": rescued,
+                               "landed": landed}
+        if landed == "in-write-tx":
+            return s
+        # the zombie, unaware, tries once more with its old token: refused, too
+        late = self._run([PlannedCall(zslot, "fulfill", self._holder_args(c, "fulfill", zslot),
+                                      c.agent)])[0]
+        late.extra["zombie"] = {"task": c.task_id, "expires": c.expires, "rescued_by": rescued,
+                                "landed": "after resume"}
+        if winner is not None:
+            self._complete(winner)
+        return s
+
+    # -------------------------------------------------------------- orphan / zombie probe
+    def _orphaned(self, c: KnownClaim, observer: int) -> dict[str, Any] | None:
+        """``get`` the task: the store's view if ``c``'s lease is still on it, else None."""
+        if "get" not in self.capabilities or not ({"claim", "poll_next"} & self.capabilities):
+            return None
+        assert self.nemesis is not None  # only fault steps probe
+        g = self._timed_one(self.nemesis, observer, "get", "auditor", task_id=c.task_id)
+        v = g.value if g.type == OK else None
+        if not isinstance(v, dict) or v.get("status") != "CLAIMED":
+            return None
+        if v.get("claimed_by") not in (None, c.agent):
+            return None
+        return v
+
+    def _rescue_calls(self, c: KnownClaim, slots: list[int]) -> list[PlannedCall]:
+        """Rescuers claim the orphan by id, or — a poll-only queue — poll as its holder's
+        agent: the orphan is then whatever the queue must hand out once the lease is over."""
+        if "claim" in self.capabilities:
+            return [PlannedCall(s, "claim", {"task_id": c.task_id}, c.agent) for s in slots]
+        return [PlannedCall(s, "poll_next", {}, c.agent) for s in slots]
+
+    @staticmethod
+    def _took_other(o: Op, c: KnownClaim) -> bool:
+        """A poll that legitimately took another ready task: no evidence about the orphan."""
+        return (o.op == "poll_next" and o.type == OK and isinstance(o.value, dict)
+                and o.value.get("task_id") != c.task_id)
+
+    def _rescue_round(self, rescue: list[PlannedCall], c: KnownClaim,
+                      info: dict[str, Any], at: str) -> tuple[list[Op], bool]:
+        """One race of the rescuers. Ops that say something about the orphan (a claim of
+        it, a poll that got it or got nothing) carry ``extra["probe"]``, which the checker
+        judges per instant; a poll that took another task is marked ``probe_other``.
+        Returns (the orphan's winners, whether a poll took another task)."""
+        ops = self._run(rescue)
+        other = False
+        for o in ops:
+            if self._took_other(o, c):
+                o.extra["probe_other"] = {**info, "at": at}
+                other = True
+            else:
+                o.extra["probe"] = {**info, "at": at}
+        won = [o for o in ops if o.type == OK and o.value and not self._took_other(o, c)]
+        return won, other
+
+    def _probe(self, c: KnownClaim, holder_op: Op, cause: str,
+               slots: list[int] | None = None, *, in_flight: bool = False) -> Op | None:
+        """The dead (or frozen) holder's lease ends at ``expires``, not later: rescuers race
+        at ``expires - 1`` (nobody may win) and at ``expires`` (one must, attempts left).
+        Polling rescuers may first be handed other ready tasks: at ``expires`` they poll
+        again until one gets the orphan or a poll comes back empty (``DRAIN_ROUNDS`` at
+        most), so an empty poll while the orphan should be free is a late reclaim.
+        Without a lease on our clock the rescuers race once, now: the holder still holds.
+
+        ``in_flight``: the holder's call is frozen in flight (a pause). With no attempt left
+        the task would end ``TIMED_OUT`` at ``expires``, and the zombie's call, which may
+        read the clock only when woken, would be judged at the instant it was sent; so the
+        clock stays at ``expires - 1`` (where nobody may win and the zombie still holds).
+        Returns the winning claim, which then completes the task."""
+        size = self.pool.size
+        slots = slots if slots is not None else list(range(size))
+        slots = slots[:RESCUERS]
+        if not slots:
+            return None
+        view = self._orphaned(c, slots[0])
+        if view is None:
+            return None
+        rescue = self._rescue_calls(c, slots)
+        if c.expires is None:  # no expiry to probe: the model refuses any winner
+            ops = self._run(rescue)
+            for o in ops:
+                o.extra["rescue"] = {"task": c.task_id, "cause": cause, "lease": None,
+                                     "holder_op": holder_op.index}
+            return None
+        left = view.get("attempt", 1) < view.get("max_attempts", 1)
+        info = {"task": c.task_id, "expires": c.expires, "attempts_left": left, "cause": cause,
+                "holder_op": holder_op.index, "by": rescue[0].op}
+        winner = None
+        for at, t in (("expires-1", c.expires - 1), ("expires", c.expires)):
+            if at == "expires" and in_flight and not left:
+                break
+            if not self._set_clock(t):
+                if at == "expires-1":
+                    continue
+                at = "after-expires"
+            won, other = self._rescue_round(rescue, c, info, at)
+            for _ in range(DRAIN_ROUNDS if at != "expires-1" else 0):
+                if won or not other:
+                    break
+                won, other = self._rescue_round(rescue, c, info, at)
+            if won and at != "expires-1":
+                winner = won[0]
+        return winner
+
+    def _complete(self, winner: Op) -> None:
+        """The rescuer finishes the task it reclaimed (the lifecycle ends COMPLETED)."""
+        slot = self.pool.slot_of(winner.process)
+        token = winner.value["token"]
+        self._run([PlannedCall(slot, "fulfill", {"task_id": winner.value["task_id"], "token": token,
+                                                 "result": {"rescued_by": winner.agent,
+                                                            "step": len(self.steps)}},
+                               winner.agent)])
+
+    def _after_fault(self) -> None:
+        """Each task listed once with its accepted result; integrity ok; the WAL empties."""
+        caps = self.capabilities
+        if "inspect" in caps:
+            self._one(1, "inspect", "auditor")
+        if "wal-file" in caps:
+            self.integrity_check()
+            if "checkpoint" in caps:
+                self._checkpoint(reader=False)
+
+    # one handler per step type (run_step dispatches on the step's type)
+    _HANDLERS: dict[type, Callable[[Executor, Any], Step]] = {
+        Dispatch: _step_dispatch, RaceClaim: _step_race_claim, RacePoll: _step_race_poll,
+        Holder: _step_holder, Hostile: _step_hostile, Clock: _step_clock,
+        LockRace: _step_lock_race, LockOp: _step_lock_op, IdlePoll: _step_idle_poll,
+        Reads: _step_reads, Checkpoint: _step_checkpoint, Audit: _step_audit,
+        Fault: _step_fault,
+    }

@@ -1,24 +1,40 @@
 """The generator: a Hypothesis state machine that draws steps and hands them to an Executor.
 
-Rules only *draw*: each builds a plain-data step (see :mod:`harness.run.executor`) and runs it.
+Rules only *draw*: each builds a step (:mod:`harness.run.steps`) and runs it.
 The executor checks every invariant after each step; a violation raises
 :class:`ViolationFound`, which the campaign turns into a minimal, replayable report.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Protocol
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from harness.check.checker import Violation
 from harness.run.executor import HOSTILE_CASES, Executor
+from harness.run.steps import (
+    RACES,
+    Checkpoint,
+    Clock,
+    Dispatch,
+    Fault,
+    Holder,
+    Hostile,
+    IdlePoll,
+    LockOp,
+    LockRace,
+    RaceClaim,
+    RacePoll,
+    Reads,
+    Step,
+)
 
 AGENTS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 OWNERS = ("daemon-1", "daemon-2", "daemon-3", "daemon-4")
 HOLDER_OPS = ("fulfill", "fulfill", "fail", "release", "extend", "salvage")
-RACES = frozenset({"race_claim", "race_poll", "holder", "lock_race"})
 
 
 class ViolationFound(AssertionError):
@@ -48,8 +64,8 @@ class Context(Protocol):
     def record_pass(self, executor: Executor) -> None: ...
 
 
-def agents_for(k: int, same_name: bool) -> list[str]:
-    return ["alice"] * k if same_name else list(AGENTS[:k])
+def agents_for(k: int, same_name: bool) -> tuple[str, ...]:
+    return ("alice",) * k if same_name else AGENTS[:k]
 
 
 class FerryMachine(RuleBasedStateMachine):
@@ -69,13 +85,13 @@ class FerryMachine(RuleBasedStateMachine):
         """Schedule mode: seeds for the PCT drawer of the next race rounds."""
         self._pct_seeds.extend(seeds)
 
-    def _do(self, step: dict[str, Any]) -> None:
+    def _do(self, step: Step) -> None:
         if self.ctx.halted():
             return  # stop or budget: let Hypothesis finish this example quickly, doing nothing
-        if self.ctx.mode == "schedule" and step["kind"] in RACES:
+        if self.ctx.mode == "schedule" and isinstance(step, RACES):
             # PCT's random priorities and change points, drawn so Hypothesis controls them
-            step["pct"] = (self._pct_seeds.pop() if self._pct_seeds
-                           else 7919 * len(self.ex.steps) + self.ex.example)
+            step = replace(step, pct=(self._pct_seeds.pop() if self._pct_seeds
+                                      else 7919 * len(self.ex.steps) + self.ex.example))
         found = self.ex.run_step(step)
         if found:
             self.failed = True
@@ -89,8 +105,8 @@ class FerryMachine(RuleBasedStateMachine):
           qttl=st.sampled_from([60, 500, 10_000, 10_000]), ettl=st.sampled_from([10, 50, 300]),
           attempts=st.sampled_from([1, 2]), deps=st.lists(st.integers(0, 40), max_size=2))
     def dispatch(self, for_agent, qttl, ettl, attempts, deps):
-        self._do({"kind": "dispatch", "target": for_agent, "qttl": qttl, "ettl": ettl,
-                  "attempts": attempts, "deps": deps if self.ex.tasks else []})
+        self._do(Dispatch(target_agent=for_agent, queue_ttl_ms=qttl, exec_ttl_ms=ettl,
+                          max_attempts=attempts, depends_on=tuple(deps) if self.ex.tasks else ()))
 
     @rule(for_agent=st.sampled_from([None, "alice"]), ettl=st.sampled_from([10, 50]),
           same_name=st.booleans(), op=st.sampled_from(HOLDER_OPS),
@@ -100,35 +116,34 @@ class FerryMachine(RuleBasedStateMachine):
     def lifecycle(self, for_agent, ettl, same_name, op, who, race, offset, data):
         """The common path, in one rule: dispatch, k claimers race, then a holder op —
         maybe at a lease boundary, maybe by an impersonator, maybe k racers with one token."""
-        self._do({"kind": "dispatch", "target": for_agent, "qttl": 10_000, "ettl": ettl,
-                  "attempts": 2, "deps": []})
-        self._do({"kind": "race_claim", "task": 0, "agents": agents_for(self._k(data), same_name)})
+        self._do(Dispatch(target_agent=for_agent, queue_ttl_ms=10_000, exec_ttl_ms=ettl,
+                          max_attempts=2))
+        self._do(RaceClaim(task=0, agents=agents_for(self._k(data), same_name)))
         if self.ex.claims:
             if offset is not None:
-                self._do({"kind": "clock", "claim": 0, "offset": offset})
-            self._do({"kind": "holder", "claim": 0, "op": op, "who": who, "race": race})
+                self._do(Clock(claim=0, offset=offset))
+            self._do(Holder(claim=0, op=op, who=who, race=race))
 
     @precondition(lambda self: self.ex.tasks)
     @rule(task=st.integers(0, 40), same_name=st.booleans(), data=st.data())
     def race_claim(self, task, same_name, data):
-        self._do({"kind": "race_claim", "task": task,
-                  "agents": agents_for(self._k(data), same_name)})
+        self._do(RaceClaim(task=task, agents=agents_for(self._k(data), same_name)))
 
     @rule(same_name=st.booleans(), data=st.data())
     def race_poll(self, same_name, data):
-        self._do({"kind": "race_poll", "agents": agents_for(self._k(data), same_name)})
+        self._do(RacePoll(agents=agents_for(self._k(data), same_name)))
 
     @precondition(lambda self: self.ex.claims)
     @rule(claim=st.integers(0, 40), op=st.sampled_from(HOLDER_OPS),
           who=st.sampled_from(["holder", "holder", "holder", "impersonator", "forged", "other-agent"]),
           race=st.sampled_from([1, 1, 2, 4]))
     def holder(self, claim, op, who, race):
-        self._do({"kind": "holder", "claim": claim, "op": op, "who": who, "race": race})
+        self._do(Holder(claim=claim, op=op, who=who, race=race))
 
     @precondition(lambda self: self.ex.claims)
     @rule(claim=st.integers(0, 40), offset=st.sampled_from([-1, 0, 1]))
     def lease_boundary(self, claim, offset):
-        self._do({"kind": "clock", "claim": claim, "offset": offset})
+        self._do(Clock(claim=claim, offset=offset))
 
     @precondition(lambda self: self.ex.claims)
     @rule(claim=st.integers(0, 40), op=st.sampled_from(["extend", "release"]),
@@ -136,46 +151,44 @@ class FerryMachine(RuleBasedStateMachine):
     def limit_run(self, claim, op, times):
         """Hit the per-claim extend cap and the release limit: the holder extends (or
         releases and re-claims) several times in a row."""
-        self._do({"kind": "holder", "claim": claim, "op": op, "who": "holder", "race": 1,
-                  "repeat": times})
+        self._do(Holder(claim=claim, op=op, who="holder", race=1, repeat=times))
 
     @rule(case=st.sampled_from(sorted(HOSTILE_CASES)))
     def hostile(self, case):
         """Wrong types, None, huge and negative numbers, non-JSON values, unknown ids: a
         store refuses each with a typed error (typed-errors), never a raw exception."""
-        self._do({"kind": "hostile", "case": case})
+        self._do(Hostile(case=case))
 
     @rule(ms=st.sampled_from([1, 9, 60, 700]))
     def tick(self, ms):
-        self._do({"kind": "clock", "tick": ms})
+        self._do(Clock(tick=ms))
 
     @rule(ttl=st.sampled_from([5, 30]), offset=st.sampled_from([None, -1, 0, 1]),
           then=st.sampled_from([None, "release_lock", "lock_holder"]),
           owner=st.sampled_from(OWNERS), data=st.data())
     def lock_race(self, ttl, offset, then, owner, data):
         """k daemons race for the lock (maybe at its expiry boundary), then one more call."""
-        self._do({"kind": "lock_race", "owners": list(OWNERS[: self._k(data)]), "ttl": ttl,
-                  "offset": offset})
+        self._do(LockRace(owners=OWNERS[: self._k(data)], ttl_ms=ttl, offset=offset))
         if then:
-            self._do({"kind": "lock_op", "op": then, "owner": owner})
+            self._do(LockOp(op=then, owner=owner))
 
     @rule(probe=st.sampled_from(["idle_poll", "reads", "checkpoint", "checkpoint-reader"]))
     def wal_probe(self, probe):
         """Idle polls and reads must not write; TRUNCATE empties the WAL unless a reader is open."""
         if probe.startswith("checkpoint"):
-            self._do({"kind": "checkpoint", "reader": probe == "checkpoint-reader"})
+            self._do(Checkpoint(reader=probe == "checkpoint-reader"))
         else:
-            self._do({"kind": probe})
+            self._do(IdlePoll() if probe == "idle_poll" else Reads())
 
     @precondition(lambda self: bool(self.ctx.faults))
     @rule(data=st.data())
     def fault(self, data):
         kind = data.draw(st.sampled_from(self.ctx.faults), label="fault")
-        step: dict[str, Any] = {"kind": "fault", "fault": kind}
+        step = Fault(fault=kind)
         if kind in ("kill", "pause"):
-            step["claim"] = data.draw(st.integers(0, 40), label="victim claim")
+            step = replace(step, claim=data.draw(st.integers(0, 40), label="victim claim"))
         if kind == "clock":
-            step["ms"] = data.draw(st.sampled_from([100, 1_000, 20_000]), label="jump")
+            step = replace(step, tick=data.draw(st.sampled_from([100, 1_000, 20_000]), label="jump"))
         self._do(step)
 
     def teardown(self):

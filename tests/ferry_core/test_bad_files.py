@@ -25,7 +25,6 @@ import pytest
 from ferry_core import LeaseStore, ManualClock, errors
 from harness.cli.main import main
 from harness.run.executor import Executor
-from harness.run.nemesis import integrity_probe
 from harness.runtime.client import WorkerPool
 from harness.runtime.clock import SharedClock
 from tests.procs import children_of
@@ -280,11 +279,11 @@ def test_integrity_probe_reports_a_damaged_file(tmp_path):
         for i in range(60):
             ex._one(0, "dispatch", "client", target_agent=None, payload={"pad": "x" * 400, "i": i})
         ex._one(0, "checkpoint", "janitor", mode="TRUNCATE")
-        assert integrity_probe(ex).value == "ok"
+        assert ex.integrity_check().value == "ok"
         with open(ex.path, "r+b") as fh:
             fh.seek(5 * PAGE)  # a b-tree page header
             fh.write(b"\xff" * 100)
-        op = integrity_probe(ex)
+        op = ex.integrity_check()
         found = ex.checker.check(ex.history, [op])
     assert op.value != "ok"
     assert [v.invariant for v in found] == ["integrity"], found

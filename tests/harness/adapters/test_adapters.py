@@ -15,7 +15,8 @@ from harness.check.checker import invariant_status
 from harness.check.model import ModelConfig
 from harness.check.ops import FEATURES, STRICT_CHOICES, capabilities
 from harness.run.campaign import Campaign, CampaignConfig, Runner, write_report
-from tests.steps import D, claim, holder, poll
+from harness.run.steps import Reads
+from tests.steps import D, claim, holder, poll, via_json
 
 LIBRARY = {"persist_queue": "persistqueue", "litequeue": "litequeue", "localqueue": "localqueue"}
 
@@ -29,7 +30,7 @@ SEQUENCES = {
     "ack-then-nack": [D, poll("alice"), holder("fulfill"), holder("release")],
     "forged-receipt": [D, poll("alice"), holder("fulfill", who="forged")],
     "no-receipt": [D, poll("alice"), holder("fulfill", who="impersonator")],
-    "ack-then-read": [D, poll("alice"), holder("fulfill"), {"kind": "reads"}],
+    "ack-then-read": [D, poll("alice"), holder("fulfill"), Reads()],
 }
 
 # the invariant each sequence breaks (None: it holds), as observed with the tested versions
@@ -96,7 +97,7 @@ def test_minimal_sequences(lib):
         for name, steps in SEQUENCES.items():
             seen: set[str] = set()
             for _ in range(3):
-                found, _ex = runner.run_steps(json.loads(json.dumps(steps)))
+                found, _ex = runner.run_steps(via_json(steps))
                 seen |= {v.invariant for v in found}
             got[name] = seen
     for name in SEQUENCES:

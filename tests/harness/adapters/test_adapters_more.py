@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 
 import pytest
 
 from harness.run.campaign import Campaign, CampaignConfig, Runner, write_report
-from tests.steps import D, claim, holder, poll
+from harness.run.steps import Clock, IdlePoll, Reads, Step
+from tests.steps import D, claim, holder, poll, via_json
 
 LIBRARY = {"huey": "huey", "simplebroker": "simplebroker"}
 
@@ -29,7 +31,7 @@ SEQUENCES = {
     "ack-then-nack": [D, poll("alice"), holder("fulfill"), holder("release")],
     "forged-receipt": [D, poll("alice"), holder("fulfill", who="forged")],
     "no-receipt": [D, poll("alice"), holder("fulfill", who="impersonator")],
-    "ack-then-read": [D, poll("alice"), holder("fulfill"), {"kind": "reads"}],
+    "ack-then-read": [D, poll("alice"), holder("fulfill"), Reads()],
 }
 
 # the invariant each sequence breaks (None: it holds), as observed with the tested versions;
@@ -54,12 +56,12 @@ def campaign(tgt: str, tmp_path, budget: float, seed: int = 0):
     return outcome, json.loads((tmp_path / "r" / "report.json").read_text())
 
 
-def replays(tgt: str, steps: list[dict], tries: int = 3) -> set[str]:
+def replays(tgt: str, steps: list[Step], tries: int = 3) -> set[str]:
     """``invariant: message`` of every violation the steps showed in ``tries`` runs."""
     with Runner(CampaignConfig(target=tgt, workers=4)) as runner:
         seen: set[str] = set()
         for _ in range(tries):
-            found, _ex = runner.run_steps(json.loads(json.dumps(steps)))
+            found, _ex = runner.run_steps(via_json(steps))
             seen |= {f"{v.invariant}: {v.message}" for v in found}
     return seen
 
@@ -107,7 +109,7 @@ def test_minimal_sequences(spec):
         for name, steps in SEQUENCES.items():
             seen: set[str] = set()
             for _ in range(3):
-                found, _ex = runner.run_steps(json.loads(json.dumps(steps)))
+                found, _ex = runner.run_steps(via_json(steps))
                 seen |= {v.invariant for v in found}
             got[name] = seen
     for name in SEQUENCES:
@@ -123,12 +125,12 @@ def test_huey_hands_out_a_task_at_its_expiry_instant():
     queue_ttl_ms a consumer still gets it (SPEC's window is half-open). One ms later the
     consumer drops it, and nothing records that: the task reads as dequeued (CLAIMED)."""
     tgt = target("huey:make_expiring_store")
-    at = dict(D, qttl=60)
-    at_deadline = replays(tgt, [at, {"kind": "clock", "tick": 60}, {"kind": "idle_poll"}])
+    at = replace(D, queue_ttl_ms=60)
+    at_deadline = replays(tgt, [at, Clock(tick=60), IdlePoll()])
     assert any("claimed a TIMED_OUT task" in m for m in at_deadline), at_deadline
-    after = replays(tgt, [at, {"kind": "clock", "tick": 61}, {"kind": "idle_poll"}])
+    after = replays(tgt, [at, Clock(tick=61), IdlePoll()])
     assert after and all(m.startswith("no-lost-task") and "says CLAIMED" in m for m in after), after
-    assert not replays(tgt, [at, {"kind": "clock", "tick": 59}, poll("alice"), holder("fulfill")])
+    assert not replays(tgt, [at, Clock(tick=59), poll("alice"), holder("fulfill")])
 
 
 def test_huey_clock_patch_is_exact_milliseconds(tmp_path):

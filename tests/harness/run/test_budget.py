@@ -20,6 +20,7 @@ import pytest
 from harness.check.checker import Violation
 from harness.check.history import History
 from harness.run.campaign import Campaign, CampaignConfig, Failure
+from harness.run.steps import Dispatch, RaceClaim
 from tests.procs import group_members
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -115,9 +116,8 @@ def test_an_unreliable_stress_example_gets_a_deterministic_schedule(tmp_path):
                          report_dir=str(tmp_path / "r"))
     camp = Campaign(cfg)
     camp.hard_end = time.monotonic() + 30
-    steps = [{"kind": "dispatch", "target": None, "qttl": 10_000, "ettl": 50, "attempts": 1,
-              "deps": []},
-             {"kind": "race_claim", "task": 0, "agents": ["alice", "bob"]}]
+    steps = [Dispatch(target_agent=None, queue_ttl_ms=10_000, exec_ttl_ms=50, max_attempts=1),
+             RaceClaim(task=0, agents=("alice", "bob"))]
     failure = Failure(steps, History(), [Violation("single-winner", "two winners")])
     found = camp._find_schedule(failure)
     assert found and found["found"], found

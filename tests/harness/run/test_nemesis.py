@@ -19,6 +19,7 @@ from harness.check.history import FAIL, INFO, OK
 from harness.run.campaign import Campaign, CampaignConfig
 from harness.run.executor import Executor, Stats
 from harness.run.nemesis import FAULTS, Nemesis, wal_writer
+from harness.run.steps import Fault
 from harness.runtime.client import WorkerPool
 from harness.runtime.clock import SharedClock
 from tests import broken_stores
@@ -92,7 +93,7 @@ def rig(tmp_path):
         pools.append(pool)
         stats = Stats()
         return Executor(pool, clock, str(tmp_path / "n.db"), stats=stats,
-                        nemesis=Nemesis(("kill", "pause"), stats))
+                        nemesis=Nemesis(("kill", "pause")))
 
     yield make
     for pool in pools:
@@ -113,7 +114,7 @@ def test_kill_inside_the_write_transaction(rig, aim):
     slot; nothing was committed; the orphan is claimable at expires, not at expires-1."""
     ex = rig("tests.harness.run.test_nemesis:slow_commit")
     ids_before = {w.id for w in ex.pool.slots}
-    assert ex.run_step({"kind": "fault", "fault": "kill", "aim": aim, "delay_us": HALF_US}) == []
+    assert ex.run_step(Fault(fault="kill", aim=aim, delay_us=HALF_US)) == []
     [killed] = [o for o in ex.history if o.op == "fulfill" and "killed" in o.extra]
     assert killed.type == INFO and "died" in killed.note
     [note] = [o for o in ex.history if o.op == "nemesis" and o.args["fault"] == "kill"]
@@ -140,7 +141,7 @@ def test_pause_the_zombie_is_refused(rig):
     """SIGSTOP between the guard and the write, past the lease: a rescuer reclaims at
     exactly expires; the woken zombie's write and its later retry are both refused."""
     ex = rig("tests.harness.run.test_nemesis:slow_after_guard")
-    assert ex.run_step({"kind": "fault", "fault": "pause", "delay_us": HALF_US}) == []
+    assert ex.run_step(Fault(fault="pause", delay_us=HALF_US)) == []
     zombie = [o for o in ex.history if o.op == "fulfill" and "zombie" in o.extra]
     assert [o.type for o in zombie] == [FAIL, FAIL], [o.describe() for o in zombie]
     assert zombie[0].extra["zombie"]["landed"] == "mid-op"
@@ -159,7 +160,7 @@ def test_pause_catches_an_unfenced_write(rig, monkeypatch):
     """The same pause against a store whose write forgets the token: caught, by id."""
     monkeypatch.setattr(broken_stores, "TOCTOU_WINDOW_S", SLOW_S)  # inherited by the forks
     ex = rig("tests.broken_stores:unfenced_write")
-    found = ex.run_step({"kind": "fault", "fault": "pause", "delay_us": HALF_US})
+    found = ex.run_step(Fault(fault="pause", delay_us=HALF_US))
     assert found and found[0].invariant == "lease-half-open", found
     assert "zombie" in found[0].message
 

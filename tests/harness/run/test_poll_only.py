@@ -17,6 +17,7 @@ from harness.check.history import FAIL, OK
 from harness.run.campaign import Campaign, CampaignConfig
 from harness.run.executor import Executor, Stats
 from harness.run.nemesis import Nemesis
+from harness.run.steps import Dispatch, Fault
 from harness.runtime.client import WorkerPool
 from harness.runtime.clock import SharedClock
 from harness.runtime.target import load_factory
@@ -96,7 +97,7 @@ def rig(tmp_path):
         pools.append(pool)
         stats = Stats()
         return Executor(pool, clock, str(tmp_path / "p.db"), stats=stats,
-                        nemesis=Nemesis(("kill", "pause"), stats))
+                        nemesis=Nemesis(("kill", "pause")))
 
     yield make
     for pool in pools:
@@ -109,14 +110,14 @@ def _probes(ex: Executor, at: str, key: str = "probe"):
 
 def _queue(ex: Executor, n: int) -> None:
     for _ in range(n):  # ready tasks a polling rescuer may be handed instead of the orphan
-        ex.run_step({"kind": "dispatch", "target": None, "qttl": 60_000, "ettl": 300,
-                     "attempts": 2, "deps": []})
+        ex.run_step(Dispatch(target_agent=None, queue_ttl_ms=60_000, exec_ttl_ms=300,
+                             max_attempts=2))
 
 
 def test_kill_probe_polls_past_other_ready_tasks_to_the_orphan(rig):
     ex = rig("slow_poll_only")
     _queue(ex, 5)
-    step = {"kind": "fault", "fault": "kill", "aim": "random", "delay_us": HALF_US, "slot": 0}
+    step = Fault(fault="kill", aim="random", delay_us=HALF_US, slot=0)
     assert ex.run_step(step) == [], ex.violations
     [note] = [o for o in ex.history if o.op == "nemesis" and o.args["fault"] == "kill"]
     assert note.args["landed"] == "mid-op"
@@ -133,8 +134,7 @@ def test_kill_probe_polls_past_other_ready_tasks_to_the_orphan(rig):
 def test_kill_probe_catches_a_late_reclaim_by_polling(rig):
     ex = rig("slow_late_reclaim")
     _queue(ex, 5)
-    found = ex.run_step({"kind": "fault", "fault": "kill", "aim": "random",
-                         "delay_us": HALF_US, "slot": 0})
+    found = ex.run_step(Fault(fault="kill", aim="random", delay_us=HALF_US, slot=0))
     assert found and found[0].invariant == "lease-half-open", found
     assert "none of" in found[0].message
     flagged = [o for o in ex.history if o.index in found[0].ops and o.op == "poll_next"]
@@ -145,7 +145,7 @@ def test_kill_probe_catches_a_late_reclaim_by_polling(rig):
 def test_pause_catches_a_zombie_on_a_poll_only_store(rig, monkeypatch):
     monkeypatch.setattr(broken_stores, "TOCTOU_WINDOW_S", SLOW_S)  # inherited by the forks
     ex = rig("zombie_write")
-    found = ex.run_step({"kind": "fault", "fault": "pause", "delay_us": HALF_US, "slot": 0})
+    found = ex.run_step(Fault(fault="pause", delay_us=HALF_US, slot=0))
     assert found and found[0].invariant == "lease-half-open", found
     assert "zombie" in found[0].message
     zombie = [o for o in ex.history if o.op == "fulfill" and "zombie" in o.extra]
@@ -154,8 +154,7 @@ def test_pause_catches_a_zombie_on_a_poll_only_store(rig, monkeypatch):
 
 def test_pause_on_a_correct_poll_only_store_refuses_the_zombie(rig):
     ex = rig("slow_poll_only")
-    assert ex.run_step({"kind": "fault", "fault": "pause", "delay_us": HALF_US,
-                        "slot": 0}) == [], ex.violations
+    assert ex.run_step(Fault(fault="pause", delay_us=HALF_US, slot=0)) == [], ex.violations
     zombie = [o for o in ex.history if o.op == "fulfill" and "zombie" in o.extra]
     assert [o.type for o in zombie] == [FAIL, FAIL]
     assert zombie[0].extra["zombie"]["rescued_by"] is not None
