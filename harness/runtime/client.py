@@ -28,9 +28,9 @@ from typing import Any
 import multiprocess as mp
 
 from harness.check.history import CUT_SHORT, INFO, History, Op
-from harness.check.ops import capabilities, execute
 from harness.errors import HarnessError
 from harness.runtime import schedule
+from harness.runtime.calls import capabilities, execute
 from harness.runtime.clock import SharedClock
 from harness.runtime.target import load_factory
 

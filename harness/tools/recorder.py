@@ -55,7 +55,7 @@ class Recorder:
 
     def check(self, capabilities: Any = None) -> list[Any]:
         """The violations in what was recorded (``capabilities``: the target's, as
-        ``harness.check.ops.capabilities(store)`` gives them; default a full protocol store)."""
+        ``harness.runtime.calls.capabilities(store)`` gives them; default a full protocol store)."""
         return judge_history(self.history, capabilities)[0]
 
     def write(self, path: str | Path) -> Path:

@@ -13,9 +13,10 @@ import pytest
 
 from harness.check.checker import invariant_status
 from harness.check.model import ModelConfig
-from harness.check.ops import FEATURES, STRICT_CHOICES, capabilities
+from harness.check.ops import FEATURES, STRICT_CHOICES
 from harness.run.campaign import Campaign, CampaignConfig, Runner, write_report
 from harness.run.steps import Reads
+from harness.runtime.calls import capabilities
 from tests.steps import D, claim, holder, poll, via_json
 
 LIBRARY = {"persist_queue": "persistqueue", "litequeue": "litequeue", "localqueue": "localqueue"}

@@ -27,7 +27,7 @@ from hypothesis.stateful import (
 from ferry_core import LeaseStore, ManualClock
 from harness.check.history import Op
 from harness.check.model import SequentialModel
-from harness.check.ops import execute
+from harness.runtime.calls import execute
 
 AGENTS = ("alice", "bob", "carol")
 
