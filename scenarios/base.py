@@ -404,5 +404,3 @@ def holder_args(op: str, task_id: str, token: str | None, tag: str) -> dict[str,
         args["partial"] = {"by": tag}
     return args
 
-
-HOLDER_OPS = ("extend", "salvage", "release", "fail", "fulfill")

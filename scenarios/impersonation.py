@@ -10,7 +10,9 @@ that checks only the agent name lets B finish A's task with its half-done result
 
 from __future__ import annotations
 
-from .base import HOLDER_OPS, Scenario, Session, holder_args
+from harness.check.history import HOLDER_OPS
+
+from .base import Scenario, Session, holder_args
 
 
 def impersonation(s: Session) -> str:

@@ -12,7 +12,9 @@ polls (the task is the only one ready).
 
 from __future__ import annotations
 
-from .base import HOLDER_OPS, TAKE, Scenario, Session, holder_args
+from harness.check.history import HOLDER_OPS
+
+from .base import TAKE, Scenario, Session, holder_args
 
 EXEC_TTL_MS = 5_000
 

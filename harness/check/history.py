@@ -22,7 +22,9 @@ CUT_SHORT = "cut_short"
 
 # Operations that act on exactly one task given in args["task_id"].
 TASK_OPS = frozenset({"claim", "fulfill", "fail", "release", "extend", "salvage", "get", "salvaged"})
-HOLDER_OPS = frozenset({"fulfill", "fail", "release", "extend", "salvage"})
+# The holder operations (token-guarded), in the order a scenario may try them all on one
+# lease: the ones that keep the task claimed first, the ones that end the claim last.
+HOLDER_OPS: tuple[str, ...] = ("extend", "salvage", "release", "fail", "fulfill")
 LOCK_OPS = frozenset({"acquire_lock", "release_lock", "lock_holder"})
 
 

@@ -34,7 +34,8 @@ from harness.run.steps import (
 
 AGENTS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 OWNERS = ("daemon-1", "daemon-2", "daemon-3", "daemon-4")
-HOLDER_OPS = ("fulfill", "fulfill", "fail", "release", "extend", "salvage")
+# what a holder step draws: fulfill twice as often (it is what ends most lifecycles)
+HOLDER_DRAWS = ("fulfill", "fulfill", "fail", "release", "extend", "salvage")
 
 
 class ViolationFound(AssertionError):
@@ -109,7 +110,7 @@ class FerryMachine(RuleBasedStateMachine):
                           max_attempts=attempts, depends_on=tuple(deps) if self.ex.tasks else ()))
 
     @rule(for_agent=st.sampled_from([None, "alice"]), ettl=st.sampled_from([10, 50]),
-          same_name=st.booleans(), op=st.sampled_from(HOLDER_OPS),
+          same_name=st.booleans(), op=st.sampled_from(HOLDER_DRAWS),
           who=st.sampled_from(["holder", "holder", "impersonator", "forged", "other-agent"]),
           race=st.sampled_from([1, 2, 4]), offset=st.sampled_from([None, None, -1, 0, 1]),
           data=st.data())
@@ -134,7 +135,7 @@ class FerryMachine(RuleBasedStateMachine):
         self._do(RacePoll(agents=agents_for(self._k(data), same_name)))
 
     @precondition(lambda self: self.ex.claims)
-    @rule(claim=st.integers(0, 40), op=st.sampled_from(HOLDER_OPS),
+    @rule(claim=st.integers(0, 40), op=st.sampled_from(HOLDER_DRAWS),
           who=st.sampled_from(["holder", "holder", "holder", "impersonator", "forged", "other-agent"]),
           race=st.sampled_from([1, 1, 2, 4]))
     def holder(self, claim, op, who, race):
