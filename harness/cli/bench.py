@@ -14,6 +14,7 @@ from typing import Any
 
 from ferry_core.busy import POLICIES
 from ferry_core.store import STRATEGIES
+from harness.errors import ExitCode
 from harness.runtime.target import add_target_option
 from harness.tools.bench.matrix import (
     DEFAULT_POLICIES,
@@ -204,7 +205,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if failed_runs:
         print(f"ferry-harness: error: {len(failed_runs)} run(s) failed: {failed_runs[0]['error']}",
               file=sys.stderr)
-        return 2
+        return ExitCode.ERROR
     wrong = [r for r in result["runs"] if not (r.get("verified") or {}).get("ok")]
     if wrong:
         v = wrong[0].get("verified") or {}
@@ -213,8 +214,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
               f"{v.get('claimed_twice', '?')} claimed twice, {v.get('completed_twice', '?')} "
               f"completed twice, {v.get('never_completed', '?')} never completed)",
               file=sys.stderr)
-        return 1
-    return 0
+        return ExitCode.VIOLATION
+    return ExitCode.OK
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
