@@ -64,7 +64,7 @@ from typing import Any
 import multiprocess as mp
 
 from harness.errors import HarnessError, TargetError
-from harness.runtime.client import _die_with_parent
+from harness.runtime.process import die_with_parent
 from harness.runtime.target import DEFAULT_TARGET, add_target_option, load_factory
 
 _CTX = mp.get_context("fork")
@@ -302,7 +302,7 @@ def _drain(out: Any, make_store: Callable[[], Any], agent: str, slot: int, tasks
            counts: Any, stop: Any, ready: Any, go: Any, release: Any, parent: int,
            ferry_core: bool, timeout_s: float) -> None:
     """Worker body: open the store, wait for the start signal, drain, report, wait, close."""
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() != parent:
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
