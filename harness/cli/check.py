@@ -101,14 +101,16 @@ def write_check_report(report: dict[str, Any], history: History, report_dir: Pat
     """report.json, history.jsonl, report.md and (for histories a browser can hold)
     timeline.html, like ``harness.run.campaign.write_report``."""
     from harness.report.markdown import render_markdown
+    from harness.report.schema import report_from_json
     from harness.report.timeline import render_timeline
 
+    typed = report_from_json(report)
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     history.write_jsonl(report_dir / "history.jsonl")
-    (report_dir / "report.md").write_text(render_markdown(report))
+    (report_dir / "report.md").write_text(render_markdown(typed))
     if len(history) <= TIMELINE_MAX_OPS:
-        (report_dir / "timeline.html").write_text(render_timeline(list(history), report=report))
+        (report_dir / "timeline.html").write_text(render_timeline(list(history), report=typed))
     return report_dir
 
 

@@ -38,8 +38,8 @@ def test_broken_store_is_caught_with_its_invariant(factory, tmp_path, ferry_budg
 @pytest.mark.parametrize("target", ["ferry_core:cas_store", "ferry_core:immediate_store"])
 def test_reference_store_passes(target, tmp_path, ferry_budget):
     outcome = run(target, tmp_path, budget=6 * ferry_budget, seed=7)
-    assert outcome.verdict == "pass", outcome.report["violations"][:1]
-    stats = outcome.report["stats"]
-    assert stats["examples"] > 5 and stats["race_rounds"] > 20
-    assert all(v.startswith("checked (") for v in outcome.report["invariants"].values()), \
-        outcome.report["invariants"]
+    assert outcome.verdict == "pass", outcome.report.violations[:1]
+    stats = outcome.report.stats
+    assert stats.examples > 5 and stats.race_rounds > 20
+    assert all(v.startswith("checked (") for v in outcome.report.invariants.values()), \
+        outcome.report.invariants
