@@ -50,7 +50,7 @@ def _report() -> dict:
             "invariant": "single-holder",
             "message": "two ok claims of t1 in one round",
             "ops": [1, 2],
-            "steps": [{"kind": "dispatch", "qttl": 1000, "ettl": 500},
+            "steps": [{"kind": "dispatch", "queue_ttl_ms": 1000, "exec_ttl_ms": 500},
                       {"kind": "race_claim", "task": 0, "agents": ["alice", "bob", "carol"]}],
             "history": [o.to_dict() for o in hist[1:4]],
             "reproduced": "7/10",
