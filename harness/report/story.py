@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.check.history import FAIL, OK, Op
@@ -19,14 +19,14 @@ from harness.report.schema import Report, TraceStatement
 
 
 # --------------------------------------------------------------------------- the story
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Partition:
     """One object (task or lock) a violation is about, with what the search found."""
 
-    key: str
-    label: str
-    invariant: str
-    message: str
+    key: str  # the object, "task:<id>" or "lock:<name>" (or a made-up key for loose ops)
+    label: str  # the object as the story names it, e.g. "task 7"
+    invariant: str  # the invariant broken on it
+    message: str  # the violation's message
     ops: list[int] = field(default_factory=list)  # every op of the partition
     prefix: list[int] = field(default_factory=list)  # the legal prefix, in linearization order
     culprit: int | None = None  # the op that cannot follow it
@@ -34,19 +34,19 @@ class Partition:
     state: str | None = None  # the model state the culprit met, in words
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Story:
     """What went wrong, in the words both report.md and timeline.html use."""
 
-    verdict: str
-    title: str
-    facts: list[tuple[str, str]]
-    ferry: str
-    parts: list[Partition]
-    steps: list[str]
-    replay: str
-    reproduced: str | None
-    schedule_trace: list[TraceStatement]
+    verdict: str  # "pass", "fail" or "unknown"
+    title: str  # "ferry fail: <target>"
+    facts: list[tuple[str, str]]  # (name, value) of target, mode, seed, workers, faults
+    ferry: str  # "ferry 0.1.0 (commit 0123456789ab)"
+    parts: list[Partition]  # one per object a violation is about, in report order
+    steps: list[str]  # the first violation's minimal steps, one line each
+    replay: str  # the replay command ("" if none)
+    reproduced: str | None  # the first violation's "hits/tries"
+    schedule_trace: list[TraceStatement]  # the first violation's SQL statements, in order
 
 
 def _obj_label(key: str) -> str:
@@ -146,15 +146,15 @@ def build_story(report: Report, ops: Sequence[Op] = ()) -> Story:
             by_index.setdefault(o.index, o)
     caps = list(report.capabilities or ())
     parts: list[Partition] = []
-    seen: dict[str, Partition] = {}
+    seen: dict[str, int] = {}  # object -> its position in parts
     for n, v in enumerate(report.violations, 1):
         detail = v.detail
         bad = list(v.ops)
         key = detail.get("object")
         if isinstance(key, str) and key:
             if key in seen:  # a second violation on the same object: add its ops
-                p = seen[key]
-                p.bad = sorted(set(p.bad) | set(bad))
+                p = parts[seen[key]]
+                parts[seen[key]] = replace(p, bad=sorted(set(p.bad) | set(bad)))
                 continue
             prefix = _ints(detail.get("linearized_prefix"))
             part_ops = _ints(detail.get("partition_ops")) or sorted(set(prefix) | set(bad))
@@ -162,17 +162,17 @@ def build_story(report: Report, ops: Sequence[Op] = ()) -> Story:
                 part_ops, prefix = _search(key, list(by_index.values()), bad, caps) or \
                     (part_ops, prefix)
             culprit = next((i for i in bad if i in part_ops and i not in prefix), None)
-            p = Partition(key, _obj_label(key), v.invariant, v.message,
-                          ops=part_ops, prefix=prefix, culprit=culprit, bad=bad)
             state = detail.get("model_state")
-            if isinstance(state, str) and state:
-                p.state = state
-            elif all(i in by_index for i in prefix):
-                p.state = _model_state(key, [by_index[i] for i in prefix], caps)
-            seen[key] = p
+            if not (isinstance(state, str) and state):
+                state = (_model_state(key, [by_index[i] for i in prefix], caps)
+                         if all(i in by_index for i in prefix) else None)
+            p = Partition(key=key, label=_obj_label(key), invariant=v.invariant,
+                          message=v.message, ops=part_ops, prefix=prefix, culprit=culprit,
+                          bad=bad, state=state)
+            seen[key] = len(parts)
         else:
-            p = Partition(f"violation:{n}", f"ops of {v.invariant}", v.invariant, v.message,
-                          ops=sorted(set(bad)), bad=bad)
+            p = Partition(key=f"violation:{n}", label=f"ops of {v.invariant}",
+                          invariant=v.invariant, message=v.message, ops=sorted(set(bad)), bad=bad)
         parts.append(p)
 
     facts = [(k, str(val)) for k, val in (("target", report.target or None),

@@ -22,6 +22,7 @@ import html
 import json
 import sys
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -252,10 +253,11 @@ def render_timeline(
     bad |= {p.culprit for p in story.parts if p.culprit is not None}
     hot = (set(highlight) | {i for p in story.parts for i in p.ops}) - bad
     if not story.parts and (bad or hot):  # no report: one group of the marked ops
-        story.parts.append(Partition("marked", "marked ops", "marked", "ops marked by the caller",
-                                     ops=sorted(bad | hot), bad=sorted(bad)))
+        story = replace(story, parts=[Partition(
+            key="marked", label="marked ops", invariant="marked",
+            message="ops marked by the caller", ops=sorted(bad | hot), bad=sorted(bad))])
     if title is not None:
-        story.title = title
+        story = replace(story, title=title)
     shown, note = _select(all_ops, bad | hot)
     data = _timeline_data(shown, story.parts, bad, hot)
     counts = {t: sum(1 for o in shown if o.type == t) for t in (OK, FAIL, INFO)}

@@ -160,7 +160,7 @@ def compact(decisions: list[int]) -> str:
 
 
 # ---------------------------------------------------------------------------- controller
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class RoundResult:
     """How a scheduled round went; workers are named by their position in the round."""
 
@@ -191,7 +191,7 @@ def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
     while len(replies) + len(died) < k:
         if time.monotonic() > deadline:
             stalled = [i for i in range(k) if i not in replies and i not in died]
-            return RoundResult(replies, trace, stalled,
+            return RoundResult(replies=replies, trace=trace, stalled=stalled,
                                note=f"schedule stalled for {stall_s:.1f}s; round ended as info",
                                hung=[i for i in stalled if i not in waiting], died=died)
         # blocked workers too: one inside SQLite's own busy handler reports its next point
@@ -234,7 +234,8 @@ def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
             blocked.clear()
         elif not running:
             break
-    return RoundResult(replies, trace, [i for i in range(k) if i not in replies and i not in died],
+    return RoundResult(replies=replies, trace=trace,
+                       stalled=[i for i in range(k) if i not in replies and i not in died],
                        died=died)
 
 
