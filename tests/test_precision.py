@@ -22,8 +22,8 @@ def test_correct_store_has_no_violation(name, mode, seed, tmp_path, ferry_budget
     cfg = CampaignConfig(target=CORRECT[name], budget_s=3.0 * ferry_budget, seed=seed, mode=mode,
                          report_dir=str(tmp_path / "r"))
     outcome = Campaign(cfg).run()
-    found = outcome.report["violations"]
-    assert outcome.verdict == "pass", found[0]["message"] if found else outcome.report["unknown"]
-    assert outcome.report["stats"]["race_rounds"] > 0
+    found = outcome.report.violations
+    assert outcome.verdict == "pass", found[0].message if found else outcome.report.unknown
+    assert outcome.report.stats.race_rounds > 0
     limit = cfg.time_limit_s()
-    assert limit is not None and outcome.report["stats"]["seconds"] <= limit
+    assert limit is not None and outcome.report.stats.seconds <= limit

@@ -69,8 +69,8 @@ def single_winner() -> tuple[list[Op], dict[str, Any]]:
                     "t=1030000)",
          "ops": [2], "detail": {"object": "task:1", "linearized_prefix": [0, 1, 3],
                                 "partition_ops": [0, 1, 2, 3, 4]},
-         "steps": [{"kind": "dispatch", "target": None, "qttl": 10000, "ettl": 30000,
-                    "attempts": 2, "deps": []},
+         "steps": [{"kind": "dispatch", "target_agent": None, "queue_ttl_ms": 10000, "exec_ttl_ms": 30000,
+                    "max_attempts": 2},
                    {"kind": "race_claim", "task": 0, "agents": ["alice", "bob", "carol"]},
                    {"kind": "read", "task": 0}]}
     return ops, _report([v], ops)
@@ -95,8 +95,8 @@ def lease_boundary() -> tuple[list[Op], dict[str, Any]]:
                     f"[{T}, {exp}): at t={exp} it has lost",
          "ops": [3], "detail": {"object": "task:7", "linearized_prefix": [0, 1],
                                 "partition_ops": [0, 1, 3]},
-         "steps": [{"kind": "dispatch", "target": None, "qttl": 10000, "ettl": 10,
-                    "attempts": 1, "deps": []},
+         "steps": [{"kind": "dispatch", "target_agent": None, "queue_ttl_ms": 10000, "exec_ttl_ms": 10,
+                    "max_attempts": 1},
                    {"kind": "race_claim", "task": 0, "agents": ["alice"]},
                    {"kind": "clock", "claim": 0, "offset": 0},
                    {"kind": "holder", "op": "fulfill", "claim": 0, "who": "holder"}]}
@@ -125,8 +125,8 @@ def schedule_mode() -> tuple[list[Op], dict[str, Any]]:
          "message": "'bob' claimed task 3 at t=1000000 while 'alice' holds it",
          "ops": [2], "detail": {"object": "task:3", "linearized_prefix": [0, 1],
                                 "partition_ops": [0, 1, 2]},
-         "steps": [{"kind": "dispatch", "target": None, "qttl": 10000, "ettl": 30000,
-                    "attempts": 1, "deps": []},
+         "steps": [{"kind": "dispatch", "target_agent": None, "queue_ttl_ms": 10000, "exec_ttl_ms": 30000,
+                    "max_attempts": 1},
                    {"kind": "race_claim", "task": 0, "agents": ["alice", "bob"],
                     "schedules": [[0, 1, 0, 1]]}],
          "schedule": "0 1 0 1", "schedule_steps": 4, "schedule_trace": trace}
@@ -163,8 +163,8 @@ def fault() -> tuple[list[Op], dict[str, Any]]:
                     f"t={exp} and bob claimed it",
          "ops": [3], "detail": {"object": "task:5", "linearized_prefix": [0, 1, 5],
                                 "partition_ops": [0, 1, 3, 5, 7]},
-         "steps": [{"kind": "dispatch", "target": None, "qttl": 10000, "ettl": 300,
-                    "attempts": 2, "deps": []},
+         "steps": [{"kind": "dispatch", "target_agent": None, "queue_ttl_ms": 10000, "exec_ttl_ms": 300,
+                    "max_attempts": 2},
                    {"kind": "fault", "fault": "pause", "slot": 0},
                    {"kind": "fault", "fault": "clock", "ms": 400},
                    {"kind": "race_claim", "task": 0, "agents": ["bob"]},

@@ -23,6 +23,7 @@ from harness.check.checker import full_capabilities, invariant_status, judge_his
 from harness.check.history import History
 from harness.errors import ExitCode
 from harness.report.markdown import render_markdown
+from harness.report.schema import report_from_json
 from harness.report.timeline import render_timeline
 from harness.runtime.provenance import provenance
 
@@ -80,12 +81,13 @@ def build_report(history: History, path: Path, caps: set[str], caps_from: str,
 def write_check_report(report: dict[str, Any], history: History, report_dir: Path) -> Path:
     """report.json, history.jsonl, report.md and (for histories a browser can hold)
     timeline.html, like ``harness.run.campaign.write_report``."""
+    typed = report_from_json(report)
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     history.write_jsonl(report_dir / "history.jsonl")
-    (report_dir / "report.md").write_text(render_markdown(report))
+    (report_dir / "report.md").write_text(render_markdown(typed))
     if len(history) <= TIMELINE_MAX_OPS:
-        (report_dir / "timeline.html").write_text(render_timeline(list(history), report=report))
+        (report_dir / "timeline.html").write_text(render_timeline(list(history), report=typed))
     return report_dir
 
 

@@ -171,6 +171,7 @@ def _example_db(option: str | None, report_dir: str) -> Any:
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
     # lazy: `--help` and usage errors answer without loading the engine
+    from harness.report.schema import report_to_json
     from harness.run.campaign import Campaign, CampaignConfig, write_report
 
     load_factory(args.target)
@@ -190,7 +191,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     finally:
         stop()
     d = write_report(outcome)
-    rep = outcome.report
+    rep = report_to_json(outcome.report)
     st = rep["stats"]
     if rep.get("example_database", {}).get("failure_from_database"):
         print("ferry: a failure saved by an earlier run still fails (replayed from the example "

@@ -197,15 +197,17 @@ class FerryItem(pytest.Item):
         outcome = Campaign(cfg).run()
         write_report(outcome)
         self.user_properties.append(("ferry_report", str(d)))
+        report = outcome.report
         if outcome.verdict == "fail":
-            v = outcome.report["violations"][0]
-            self.user_properties.append(("ferry_invariant", v["invariant"]))
-            db = outcome.report.get("example_database", {})
-            note = " (replayed first from the example database)" if db.get("failure_from_database") else ""
-            raise FerryViolation(v["invariant"], f"{v['message']}; reproduced "
-                                 f"{v.get('reproduced', '?')}{note}", d)
+            v = report.violations[0]
+            self.user_properties.append(("ferry_invariant", v.invariant))
+            db = report.example_database
+            note = (" (replayed first from the example database)"
+                    if db is not None and db.failure_from_database else "")
+            raise FerryViolation(v.invariant, f"{v.message}; reproduced "
+                                 f"{v.reproduced or '?'}{note}", d)
         if outcome.verdict == "unknown":  # nothing was decided: not a pass
-            why = "; ".join(outcome.report.get("unknown", [])[:3]) or \
+            why = "; ".join((report.unknown or ())[:3]) or \
                 "no example completed within the budget"
             raise FerryViolation("unknown", f"the run decided nothing: {why}", d)
 

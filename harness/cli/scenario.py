@@ -22,7 +22,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.check.checker import invariant_status, refusals
+from harness.cli.args import positive_int
 from harness.errors import ExitCode
+from harness.report.markdown import fence
+from harness.report.paths import check_report_dir
+from harness.report.schema import (
+    Provenance,
+    Report,
+    ScenarioInfo,
+    ScenarioStats,
+    ViolationReport,
+)
+from harness.runtime.client import WorkerPool
+from harness.runtime.clock import SharedClock
 from harness.runtime.provenance import provenance
 from harness.runtime.target import add_target_option, load_factory
 
@@ -35,8 +48,6 @@ LABEL = {"pass": "passed", "fail": "failed", "skip": "skipped", "error": "could 
 
 
 def register(sub: Any) -> dict[str, Any]:
-    from harness.cli.args import positive_int
-
     p = sub.add_parser(
         "scenarios", help="run classic leasing-store races as named reproductions",
         description="Run named race scenarios (thundering herd, impersonation, zombie holder, "
@@ -56,14 +67,14 @@ def register(sub: Any) -> dict[str, Any]:
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from rich.console import Console  # why: rich loads slowly; only output needs it
 
     wide = sys.stdout.isatty() or os.environ.get("COLUMNS")
     return Console(width=None if wide else 160, highlight=False)
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
-    from scenarios import SCENARIOS
+    from scenarios import SCENARIOS  # why: loads harness.run; only this command needs it
 
     unknown = [n for n in args.names if n not in SCENARIOS]
     if unknown:
@@ -75,8 +86,6 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
         return ExitCode.OK
     load_factory(args.target)  # a bad --target is a usage error (exit 2), before any fork
     if args.report_dir:
-        from harness.report.paths import check_report_dir
-
         check_report_dir(args.report_dir)
     chosen = [SCENARIOS[n] for n in dict.fromkeys(args.names)] or list(SCENARIOS.values())
     results, seconds = run_scenarios(chosen, args.target, args.workers)
@@ -102,9 +111,7 @@ def exit_code(results: list[Any]) -> int:
 
 def run_scenarios(chosen: list[Any], target: str, workers: int) -> tuple[list[Any], float]:
     """Run scenarios in order on one pool, a fresh database each; (results, seconds)."""
-    from harness.runtime.client import WorkerPool
-    from harness.runtime.clock import SharedClock
-    from scenarios import ScenarioContext
+    from scenarios import ScenarioContext  # why: loads harness.run; only this command needs it
 
     t0 = time.perf_counter()
     clock = SharedClock()
@@ -119,7 +126,7 @@ def run_scenarios(chosen: list[Any], target: str, workers: int) -> tuple[list[An
 
 
 def _print_list(scenarios: dict[str, Any]) -> None:
-    from rich.table import Table
+    from rich.table import Table  # why: rich loads slowly; only output needs it
 
     table = Table(title="ferry scenarios", title_justify="left")
     table.add_column("scenario", style="bold", no_wrap=True)
@@ -132,7 +139,7 @@ def _print_list(scenarios: dict[str, Any]) -> None:
 
 
 def _print_results(results: list[Any], target: str, seconds: float, reports: list[Path]) -> None:
-    from rich.table import Table
+    from rich.table import Table  # why: rich loads slowly; only output needs it
 
     table = Table(title=f"ferry scenarios against {target}", title_justify="left")
     table.add_column("scenario", style="bold", no_wrap=True)
@@ -156,7 +163,7 @@ def _print_results(results: list[Any], target: str, seconds: float, reports: lis
 
 
 def _one_line(text: str) -> str:
-    from rich.markup import escape
+    from rich.markup import escape  # why: rich loads slowly; only output needs it
 
     return escape(" ".join(str(text).split()))
 
@@ -164,35 +171,35 @@ def _one_line(text: str) -> str:
 def write_scenario_report(scenario: Any, result: Any, *, target: str, workers: int,
                           directory: Path) -> Path:
     """A failing scenario as a report directory, written by :func:`campaign.write_report`."""
-    from harness.check.checker import invariant_status, refusals
-    from harness.run.campaign import Outcome, write_report
-
-    replay = f"ferry-harness scenarios --target {target} --workers {workers} {scenario.name}"
     ops = {o.index: o for o in result.history}
     violations = []
     for v in result.violations:
         involved = set(v.ops) | set(v.detail.get("partition_ops", []))
-        entry = v.to_dict()
-        entry["steps"] = []  # a scenario is a script, not generator steps: see "script"
-        entry["history"] = [ops[i].to_dict() for i in sorted(involved) if i in ops]
-        violations.append(entry)
-    report: dict[str, Any] = {
-        "verdict": "fail",
-        "ferry": provenance(),
-        "target": target,
-        "mode": f"scenario {scenario.name}",
-        "workers": workers,
-        "scenario": {"name": scenario.name, "invariant": scenario.invariant,
-                     "description": scenario.description, "source": scenario.source,
-                     "status": result.status, "explanation": result.explanation},
-        "invariants": invariant_status(result.capabilities),
-        "violations": violations,
-        "stats": {"rounds": result.rounds, "ops": len(result.history),
-                  "seconds": round(result.seconds, 3), "refusals": refusals(result.history)},
-        "unknown": list(result.unknown),
-        "findings": [] if result.violations else [result.explanation],
-        "script": list(result.script),
-    }
+        violations.append(ViolationReport(
+            invariant=v.invariant, message=v.message, ops=tuple(v.ops), detail=v.detail,
+            steps=(),  # a scenario is a script, not generator steps: see Report.script
+            history=tuple(ops[i] for i in sorted(involved) if i in ops)))
+    report = Report(
+        kind="scenario",
+        verdict="fail",
+        ferry=Provenance(**provenance()),
+        target=target,
+        mode=f"scenario {scenario.name}",
+        workers=workers,
+        scenario=ScenarioInfo(name=scenario.name, invariant=scenario.invariant,
+                              description=scenario.description, source=scenario.source,
+                              status=result.status, explanation=result.explanation),
+        invariants=invariant_status(result.capabilities),
+        violations=tuple(violations),
+        stats=ScenarioStats(rounds=result.rounds, ops=len(result.history),
+                            seconds=round(result.seconds, 3), refusals=refusals(result.history)),
+        unknown=tuple(result.unknown),
+        findings=() if result.violations else (result.explanation,),
+        script=tuple(result.script),
+    )
+    from harness.run.campaign import Outcome, write_report  # why: 0.5 s of imports (hypothesis)
+
+    replay = f"ferry-harness scenarios --target {target} --workers {workers} {scenario.name}"
     outcome = Outcome("fail", report, directory, history=result.history)
     d = write_report(outcome, argv_replay=replay)
     md = (d / "report.md").read_text(encoding="utf-8")
@@ -201,11 +208,9 @@ def write_scenario_report(scenario: Any, result: Any, *, target: str, workers: i
 
 
 def _script_section(scenario: Any, result: Any) -> str:
-    from harness.report.markdown import _fence
-
     lines = [f"\n## Scenario `{scenario.name}`", "", f"{scenario.description}",
              f"Rule: {scenario.source}. Expected invariant: `{scenario.invariant}`; "
              f"result: {result.status.upper()} after {result.rounds} round(s).", "",
              "What the script did, in order (t = the shared clock in ms):", "",
-             _fence("\n".join(result.script) or "(nothing)", "text"), ""]
+             fence("\n".join(result.script) or "(nothing)", "text"), ""]
     return "\n".join(lines)

@@ -22,154 +22,22 @@ import html
 import json
 import sys
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.check.checker import INVARIANTS
 from harness.check.history import FAIL, INFO, OK, History, Op
+from harness.report.schema import Report, report_from_json
+from harness.report.story import Partition, Story, build_story, culprit_sentence, outcome_text
 
+_NO_REPORT = Report(kind="fuzz", verdict="unknown")  # what a page drawn without a report tells
 # Beyond this many ops only the examples holding the violation (else the tail) are drawn.
 MAX_OPS = 100_000
 
 _TYPE_CODE = {OK: 0, FAIL: 1, INFO: 2}
 _FAULT_GLYPH = {"kill": "⚡ kill", "pause": "‖ SIGSTOP", "resume": "▶ SIGCONT",
                 "clock": "» clock", "reader-open": "reader open", "reader-closed": "reader closed"}
-
-
-# --------------------------------------------------------------------------- the story
-@dataclass
-class Partition:
-    """One object (task or lock) a violation is about, with what the search found."""
-
-    key: str
-    label: str
-    invariant: str
-    message: str
-    ops: list[int] = field(default_factory=list)  # every op of the partition
-    prefix: list[int] = field(default_factory=list)  # the legal prefix, in linearization order
-    culprit: int | None = None  # the op that cannot follow it
-    bad: list[int] = field(default_factory=list)  # the violation's ops
-    state: str | None = None  # the model state the culprit met, in words
-
-
-@dataclass
-class Story:
-    """What went wrong, in the words both report.md and timeline.html use."""
-
-    verdict: str
-    title: str
-    facts: list[tuple[str, str]]
-    ferry: str
-    parts: list[Partition]
-    steps: list[str]
-    replay: str
-    reproduced: str | None
-    schedule_trace: list[dict[str, Any]]
-
-
-def _as_op(d: Any) -> Op | None:
-    if isinstance(d, Op):
-        return d
-    if not isinstance(d, dict):
-        return None
-    try:
-        return Op.from_dict({k: v for k, v in d.items() if k in Op.__dataclass_fields__})
-    except (TypeError, ValueError):
-        return None
-
-
-def _obj_label(key: str) -> str:
-    kind, _, name = key.partition(":")
-    return f"{kind} {name}" if name else key
-
-
-def _ints(xs: Any) -> list[int]:
-    return [i for i in xs or [] if isinstance(i, int) and not isinstance(i, bool)]
-
-
-def outcome_text(o: Op) -> str:
-    """``ok``, ``fail AlreadyClaimed`` or ``info WorkerCrashed``."""
-    if o.type == OK:
-        return "ok"
-    if o.type == FAIL:
-        return f"fail {o.error or ''}".strip()
-    return f"info {o.error or o.note or 'indeterminate'}".strip()
-
-
-def _short(v: Any, n: int = 10) -> str:
-    s = str(v)
-    return s if len(s) <= n else s[: n - 2] + "…"
-
-
-def describe_state(state: Any, key: str) -> str:
-    """A model state as a person says it: ``task 1 CLAIMED by alice with token a02…``."""
-    label = _obj_label(key)
-    if state is None:
-        return f"{label} not dispatched yet"
-    if key.startswith("lock:"):
-        owner = getattr(state, "owner", None)
-        if owner is None:
-            return f"{label} free"
-        return f"{label} held by {owner} until t={getattr(state, 'expires', '?')}"
-    status = getattr(state, "status", "?")
-    out = f"{label} {status}"
-    holder, token = getattr(state, "holder", None), getattr(state, "token", None)
-    if status == "CLAIMED" and holder is not None:
-        out += f" by {holder}"
-        if token:
-            out += f" with token {_short(token)}"
-        expires = getattr(state, "expires", None)
-        if expires is not None:
-            out += f", lease until t={expires}"
-    attempt = getattr(state, "attempt", None)
-    if isinstance(attempt, int) and attempt:
-        out += f" (attempt {attempt})"
-    return out
-
-
-def _model_state(key: str, prefix: list[Op], capabilities: Collection[str]) -> str | None:
-    """Replay the legal prefix through the reference model; None if the model disagrees."""
-    try:
-        from harness.check.model import ModelConfig, step_lock, step_task
-
-        try:
-            cfg = ModelConfig(leases="lease" in capabilities) if capabilities else ModelConfig()
-        except TypeError:
-            cfg = ModelConfig()
-        step = step_lock if key.startswith("lock:") else step_task
-        state = None
-        for o in prefix:
-            verdict = step(state, o, cfg)
-            if not verdict.ok:  # the model under default settings disagrees: say nothing
-                return None
-            state = verdict.state
-        return describe_state(state, key)
-    except Exception:  # noqa: BLE001 - the story must render whatever the model does
-        return None
-
-
-def _search(key: str, ops: list[Op], bad: list[int],
-            capabilities: Collection[str]) -> tuple[list[int], list[int]] | None:
-    """The partition's ops and longest legal prefix, for a violation the checker named
-    without searching (``single-winner``); None when the search cannot say."""
-    try:
-        from harness.check.linearizability import check_partition, partition
-        from harness.check.model import ModelConfig, step_lock, step_task
-
-        part = partition(ops).get(key, [])
-        if not part or (key.startswith("task:") and not any(o.op == "dispatch" for o in part)):
-            return None
-        try:
-            cfg = ModelConfig(leases="lease" in capabilities) if capabilities else ModelConfig()
-        except TypeError:
-            cfg = ModelConfig()
-        step = step_lock if key.startswith("lock:") else step_task
-        res = check_partition(key, part, lambda st, o: step(st, o, cfg), budget=20_000)
-        if res.ok is not False or not any(i not in res.linearized for i in bad):
-            return None
-        return sorted(res.ops), list(res.linearized)
-    except Exception:  # noqa: BLE001 - the story must render whatever the search does
-        return None
 
 
 def _linearization_points(prefix: list[Op], end: int) -> list[int]:
@@ -196,82 +64,6 @@ def _linearization_points(prefix: list[Op], end: int) -> list[int]:
     return out
 
 
-def build_story(report: dict[str, Any], ops: Sequence[Op] = ()) -> Story:
-    """Everything the story says, from a report dict (every key optional) and the history."""
-    report = report if isinstance(report, dict) else {}
-    from harness.report.markdown import format_step
-
-    by_index: dict[int, Op] = {o.index: o for o in ops}
-    violations = [v for v in report.get("violations") or [] if isinstance(v, dict)]
-    for v in violations:  # the report's own copy of the involved ops fills gaps
-        for d in v.get("history") or []:
-            o = _as_op(d)
-            if o is not None:
-                by_index.setdefault(o.index, o)
-    caps = [str(c) for c in report.get("capabilities") or []]
-    parts: list[Partition] = []
-    seen: dict[str, Partition] = {}
-    for n, v in enumerate(violations, 1):
-        detail = v.get("detail") if isinstance(v.get("detail"), dict) else {}
-        inv = str(v.get("invariant") or "?")
-        bad = _ints(v.get("ops"))
-        key = detail.get("object")
-        if isinstance(key, str) and key:
-            if key in seen:  # a second violation on the same object: add its ops
-                p = seen[key]
-                p.bad = sorted(set(p.bad) | set(bad))
-                continue
-            prefix = _ints(detail.get("linearized_prefix"))
-            part_ops = _ints(detail.get("partition_ops")) or sorted(set(prefix) | set(bad))
-            if "linearized_prefix" not in detail:  # named before the search: search here
-                part_ops, prefix = _search(key, list(by_index.values()), bad, caps) or \
-                    (part_ops, prefix)
-            culprit = next((i for i in bad if i in part_ops and i not in prefix), None)
-            p = Partition(key, _obj_label(key), inv, str(v.get("message") or ""),
-                          ops=part_ops, prefix=prefix, culprit=culprit, bad=bad)
-            state = detail.get("model_state")
-            if isinstance(state, str) and state:
-                p.state = state
-            elif all(i in by_index for i in prefix):
-                p.state = _model_state(key, [by_index[i] for i in prefix], caps)
-            seen[key] = p
-        else:
-            p = Partition(f"violation:{n}", f"ops of {inv}", inv, str(v.get("message") or ""),
-                          ops=sorted(set(bad)), bad=bad)
-        parts.append(p)
-
-    facts = [(k, str(report[k])) for k in ("target", "mode", "seed", "workers")
-             if report.get(k) is not None]
-    faults = report.get("faults")
-    if faults:
-        facts.append(("faults", ", ".join(map(str, faults)) if isinstance(faults, list)
-                      else str(faults)))
-    ferry = report.get("ferry") if isinstance(report.get("ferry"), dict) else {}
-    version = str(ferry.get("version") or "")
-    commit = str(ferry.get("commit") or "")
-    ferry_text = (f"ferry {version}" if version else "ferry (version not recorded)") + \
-        (f" (commit {commit[:12]})" if commit else "")
-    first = violations[0] if violations else {}
-    steps = [format_step(s) for s in first.get("steps") or []]
-    trace = [t for t in first.get("schedule_trace") or [] if isinstance(t, dict)]
-    verdict = str(report.get("verdict") or "unknown")
-    title = f"ferry {verdict}: {report.get('target', '')}".strip().rstrip(":")
-    return Story(verdict=verdict, title=title, facts=facts, ferry=ferry_text, parts=parts,
-                 steps=steps, replay=str(report.get("replay") or ""),
-                 reproduced=str(first["reproduced"]) if first.get("reproduced") else None,
-                 schedule_trace=trace)
-
-
-def culprit_sentence(p: Partition, by_index: dict[int, Op]) -> str | None:
-    """``task 1 CLAIMED by alice with token 1…; bob's claim (#2) returned ok``."""
-    if p.culprit is None:
-        return None
-    o = by_index.get(p.culprit)
-    what = (f"{o.agent}'s {o.op} (#{o.index}) returned {outcome_text(o)}" if o
-            else f"op #{p.culprit} returned anyway")
-    return f"{p.state}; {what}" if p.state else what
-
-
 def op_line(o: Op) -> str:
     """``#2 w1 alice claim(task_id=1) → ok {…}``: one op for the story's lists."""
     return o.describe().replace(" -> ", " → ")
@@ -283,8 +75,6 @@ def _e(v: Any) -> str:
 
 
 def _story_html(story: Story, by_index: dict[int, Op]) -> str:
-    from harness.check.checker import INVARIANTS
-
     v = story.verdict.lower()
     out = [f'<header class="story" id="story"><p class="verdict verdict-{_e(v)}">'
            f'<span class="badge">{_e(story.verdict.upper())}</span> {_e(story.title)}</p>']
@@ -331,10 +121,10 @@ def _story_html(story: Story, by_index: dict[int, Op]) -> str:
                    + "".join(f"<li><code>{_e(s)}</code></li>" for s in story.steps) + "</ol></div>")
     if story.schedule_trace:
         rows = "".join(
-            f'<tr><td>{k}</td><td>w{_e(t.get("worker", "?"))}</td>'
-            f'<td>{"⇢" if t.get("switch") else ""}</td>'
-            f'<td><code>{_e(" ".join(str(t.get("sql", "")).split())[:160])}</code></td>'
-            f'<td>{_e("#" + str(t["op"])) if t.get("op") is not None else ""}</td></tr>'
+            f'<tr><td>{k}</td><td>w{_e(t.worker)}</td>'
+            f'<td>{"⇢" if t.switch else ""}</td>'
+            f'<td><code>{_e(" ".join(t.sql.split())[:160])}</code></td>'
+            f'<td>{_e("#" + str(t.op)) if t.op is not None else ""}</td></tr>'
             for k, t in enumerate(story.schedule_trace, 1))
         out.append('<details class="trace" open><summary>SQL statements in the order they ran '
                    '(⇢ = the scheduler switched to this worker)</summary><table><thead><tr>'
@@ -446,29 +236,28 @@ def render_timeline(
     violating: Collection[int] = frozenset(),
     highlight: Collection[int] = frozenset(),
     title: str | None = None,
-    report: dict[str, Any] | None = None,
+    report: Report | None = None,
 ) -> str:
     """A standalone HTML page: the story of ``report`` and the timeline of ``ops``.
 
     ``violating``/``highlight`` are op indices marked without a report (older callers);
-    with ``report`` (the dict written to report.json) the violations it holds are explained.
+    with ``report`` the violations it holds are explained.
     """
     all_ops = [o for o in ops if isinstance(o, Op)]
-    story = build_story(report or {}, all_ops)
+    story = build_story(report or _NO_REPORT, all_ops)
     by_index = {o.index: o for o in all_ops}
-    for v in (report or {}).get("violations") or []:
-        for d in v.get("history") or [] if isinstance(v, dict) else []:
-            o = _as_op(d)
-            if o is not None:
-                by_index.setdefault(o.index, o)
+    for v in report.violations if report else ():
+        for o in v.history or ():
+            by_index.setdefault(o.index, o)
     bad = set(violating) | {i for p in story.parts for i in p.bad}
     bad |= {p.culprit for p in story.parts if p.culprit is not None}
     hot = (set(highlight) | {i for p in story.parts for i in p.ops}) - bad
     if not story.parts and (bad or hot):  # no report: one group of the marked ops
-        story.parts.append(Partition("marked", "marked ops", "marked", "ops marked by the caller",
-                                     ops=sorted(bad | hot), bad=sorted(bad)))
+        story = replace(story, parts=[Partition(
+            key="marked", label="marked ops", invariant="marked",
+            message="ops marked by the caller", ops=sorted(bad | hot), bad=sorted(bad))])
     if title is not None:
-        story.title = title
+        story = replace(story, title=title)
     shown, note = _select(all_ops, bad | hot)
     data = _timeline_data(shown, story.parts, bad, hot)
     counts = {t: sum(1 for o in shown if o.type == t) for t in (OK, FAIL, INFO)}
@@ -501,7 +290,7 @@ def render_timeline(
 def rerender(report_dir: str | Path) -> Path:
     """Write ``timeline.html`` again from a report directory's report.json and history.jsonl."""
     d = Path(report_dir)
-    report = json.loads((d / "report.json").read_text(encoding="utf-8"))
+    report = report_from_json(json.loads((d / "report.json").read_text(encoding="utf-8")))
     hist = History.read_jsonl(d / "history.jsonl") if (d / "history.jsonl").exists() else History()
     out = d / "timeline.html"
     out.write_text(render_timeline(list(hist), report=report), encoding="utf-8")

@@ -27,6 +27,22 @@ from harness.check.checker import Checker, Violation, invariant_status
 from harness.check.history import FAIL, OK, History
 from harness.check.model import ModelConfig
 from harness.errors import UsageError
+from harness.report.markdown import render_markdown
+from harness.report.schema import (
+    Budget,
+    Coverage,
+    Discovery,
+    ExampleDatabaseUse,
+    FuzzStats,
+    Provenance,
+    Report,
+    ScheduleSearch,
+    Stall,
+    TraceStatement,
+    ViolationReport,
+    report_to_json,
+)
+from harness.report.timeline import render_timeline
 from harness.run.executor import Executor, Stats, StepTrace
 from harness.run.generator import ViolationFound, machine_for
 from harness.run.nemesis import Nemesis
@@ -105,7 +121,7 @@ class Failure:
 @dataclass
 class Outcome:
     verdict: str
-    report: dict[str, Any]
+    report: Report
     report_dir: Path
     failure: Failure | None = None
     reproduced: tuple[int, int] | None = None
@@ -284,7 +300,7 @@ class Campaign:
         seconds = time.perf_counter() - self.t0
         return self._outcome(failure, reproduced, seconds)
 
-    def _find_schedule(self, failure: Failure) -> dict[str, Any] | None:
+    def _find_schedule(self, failure: Failure) -> ScheduleSearch:
         """A stress-mode example that replays unreliably is run again in schedule mode,
         one SQL statement at a time in PCT orders, until an interleaving shows the same
         invariant; that interleaving replays exactly. Bounded by the campaign's end."""
@@ -294,7 +310,7 @@ class Campaign:
             runner.phase = "replay"
             for seed in range(SCHEDULE_SEEDS):
                 if runner.out_of_time():
-                    return {"found": False, "tried": seed, "why": "stopped at budget"}
+                    return ScheduleSearch(found=False, tried=seed, why="stopped at budget")
                 steps = [replace(st, pct=seed * 7919 + i) if isinstance(st, RACES) else st
                          for i, st in enumerate(failure.steps)]
                 found, ex = runner.run_steps(steps)
@@ -302,12 +318,12 @@ class Campaign:
                     got = Failure(list(ex.steps), ex.history, found, list(ex.traces))
                     (hits, tries), _ = replay_count(runner, got, REPLAY_TRIES)
                     sched = [compact(r) for r in recorded_schedules(got.steps) if r]
-                    return {"found": True, "steps": public_steps(got.steps),
-                            "schedule": " | ".join(sched),
-                            "reproduced": f"{hits}/{tries}", "tried": seed + 1,
-                            "replay": "ferry-harness replay DIR --mode schedule"}
-            return {"found": False, "tried": SCHEDULE_SEEDS,
-                    "why": "no PCT interleaving of these steps showed it"}
+                    return ScheduleSearch(found=True, steps=tuple(public_steps(got.steps)),
+                                          schedule=" | ".join(sched), reproduced=f"{hits}/{tries}",
+                                          tried=seed + 1,
+                                          replay="ferry-harness replay DIR --mode schedule")
+            return ScheduleSearch(found=False, tried=SCHEDULE_SEEDS,
+                                  why="no PCT interleaving of these steps showed it")
 
     def halted(self) -> bool:
         """Stop generating: Ctrl-C / SIGTERM, or the search budget is spent."""
@@ -411,58 +427,62 @@ class Campaign:
             verdict = "unknown"
         history = failure.history if failure else (self.passes[-1] if self.passes else History())
         steady = sorted(self.example_times)[len(self.example_times) // 2] if self.example_times else None
-        report: dict[str, Any] = {
-            "verdict": verdict,
-            "ferry": provenance(),
-            "target": self.cfg.target,
-            "target_path": import_root(self.cfg.target),
-            "mode": self.cfg.mode,
-            "seed": self.cfg.seed,
-            "workers": self.cfg.workers,
-            "faults": list(self.cfg.faults),
-            "capabilities": sorted(self.capabilities),
-            "invariants": invariants,
-            "violations": [],
-            "stats": {
-                "examples": stats.examples, "shrink_runs": stats.shrink_runs,
-                "replay_runs": stats.replay_runs, "steps": stats.steps, "ops": stats.ops,
-                "race_rounds": stats.race_rounds, "seconds": round(seconds, 3),
-                "race_rounds_per_s": round(stats.race_rounds / seconds, 1) if seconds else 0,
-                "pool_start_s": round(self.runner.pool_start_s, 4),
-                "first_example_s": round(self.first_example_s or 0, 4),
-                "steady_example_s": round(steady, 4) if steady is not None else None,
-                "workers_replaced": self.runner.pool.replaced,
-                "refusals": dict(sorted(self.coverage["refusals"].items())),
-                "coverage": {k: dict(sorted(v.items())) for k, v in self.coverage.items()
-                             if k != "refusals"},
-                "faults": dict(stats.faults),
-                "stalls": [{"op": op, "seconds": sec} for op, sec in stats.stalls],
-            },
-            "budget": {"budget_s": self.cfg.budget_s, "time_limit_s": self.cfg.time_limit_s(),
-                       "stopped_at_limit": bool(self.hard_end is not None
-                                                and time.monotonic() >= self.hard_end)},
-            "unknown": list(self.runner.checker.unknown),
-            "findings": [],
-            "example_database": {"replayed": self.replayed_saved,
-                                 "failure_from_database": self.from_database},
-        }
+        mode, findings = self.cfg.mode, []
         if self.cfg.mode == "schedule" and "schedule-points" not in self.capabilities:
-            report["mode"] = "stress"
-            report["findings"].append(
+            mode = "stress"
+            findings.append(
                 "schedule mode needs the target to use Python's sqlite3 (no schedule points were "
                 "reached: apsw or a bundled SQLite?); fell back to stress mode")
         for op, sec in stats.stalls[:3]:
-            report["findings"].append(
+            findings.append(
                 f"{op} ran {sec:.1f}s and kept the other workers waiting (a checkpoint that "
                 "waits for readers, or a long write transaction, stalls every writer: "
                 "checkpoint starvation)")
+        violations: list[ViolationReport] = []
+        discovery = None
         if failure:
-            report["violations"] = [violation_entry(v, failure, reproduced) for v in failure.violations]
-            if getattr(self, "deterministic", None):
-                report["violations"][0]["schedule_mode"] = self.deterministic
-            report["discovery"] = {"steps": len(self._smallest().steps),
-                                   "seconds_to_detect": round(getattr(self, "detect_s", 0.0), 3),
-                                   "examples_until_found": len(self.passes_seen) + 1}
+            violations = [violation_report(v, failure, reproduced) for v in failure.violations]
+            if self.deterministic is not None:
+                violations[0] = replace(violations[0], schedule_mode=self.deterministic)
+            discovery = Discovery(steps=len(self._smallest().steps),
+                                  seconds_to_detect=round(getattr(self, "detect_s", 0.0), 3),
+                                  examples_until_found=len(self.passes_seen) + 1)
+        report = Report(
+            kind="fuzz",
+            verdict=verdict,
+            ferry=Provenance(**provenance()),
+            target=self.cfg.target,
+            target_path=import_root(self.cfg.target),
+            mode=mode,
+            seed=self.cfg.seed,
+            workers=self.cfg.workers,
+            faults=tuple(self.cfg.faults),
+            capabilities=tuple(sorted(self.capabilities)),
+            invariants=invariants,
+            violations=tuple(violations),
+            stats=FuzzStats(
+                examples=stats.examples, shrink_runs=stats.shrink_runs,
+                replay_runs=stats.replay_runs, steps=stats.steps, ops=stats.ops,
+                race_rounds=stats.race_rounds, seconds=round(seconds, 3),
+                race_rounds_per_s=round(stats.race_rounds / seconds, 1) if seconds else 0,
+                pool_start_s=round(self.runner.pool_start_s, 4),
+                first_example_s=round(self.first_example_s or 0, 4),
+                steady_example_s=round(steady, 4) if steady is not None else None,
+                workers_replaced=self.runner.pool.replaced,
+                refusals=dict(sorted(self.coverage["refusals"].items())),
+                coverage=Coverage(ops=dict(sorted(self.coverage["ops"].items())),
+                                  steps=dict(sorted(self.coverage["steps"].items()))),
+                faults=dict(stats.faults),
+                stalls=tuple(Stall(op=op, seconds=sec) for op, sec in stats.stalls)),
+            budget=Budget(budget_s=self.cfg.budget_s, time_limit_s=self.cfg.time_limit_s(),
+                          stopped_at_limit=bool(self.hard_end is not None
+                                                and time.monotonic() >= self.hard_end)),
+            unknown=tuple(self.runner.checker.unknown),
+            findings=tuple(findings),
+            example_database=ExampleDatabaseUse(replayed=self.replayed_saved,
+                                                failure_from_database=self.from_database),
+            discovery=discovery,
+        )
         return Outcome(verdict, report, Path(self.cfg.report_dir), failure, reproduced, stats, history)
 
 
@@ -530,29 +550,31 @@ def with_evaluations(status: dict[str, str], evaluated: dict[str, int]) -> dict[
     return out
 
 
-def violation_entry(v: Violation, failure: Failure, reproduced: tuple[int, int] | None) -> dict[str, Any]:
+def violation_report(v: Violation, failure: Failure,
+                     reproduced: tuple[int, int] | None) -> ViolationReport:
     """A violation as the report stores it: the minimal steps and the ops involved."""
     involved = set(v.ops) | set(v.detail.get("partition_ops", []))
-    entry = v.to_dict()
-    entry["steps"] = public_steps(failure.steps)
-    entry["history"] = [o.to_dict() for o in failure.history if o.index in involved]
-    schedules = [compact(r) for r in recorded_schedules(failure.steps) if r]
-    if schedules:
-        entry["schedule"] = " | ".join(schedules)
-        entry["schedule_steps"] = sum(len(r) for r in recorded_schedules(failure.steps))
-        entry["schedule_trace"] = schedule_trace(failure.history, involved)
-    if reproduced is not None:
-        entry["reproduced"] = f"{reproduced[0]}/{reproduced[1]}"
-        entry["replays_stopped_at_budget"] = reproduced[1] < REPLAY_TRIES
-    return entry
+    recorded = recorded_schedules(failure.steps)
+    schedules = [compact(r) for r in recorded if r]
+    return ViolationReport(
+        invariant=v.invariant, message=v.message, ops=tuple(v.ops), detail=v.detail,
+        steps=tuple(public_steps(failure.steps)),
+        history=tuple(o for o in failure.history if o.index in involved),
+        schedule=" | ".join(schedules) if schedules else None,
+        schedule_steps=sum(len(r) for r in recorded) if schedules else None,
+        schedule_trace=schedule_trace(failure.history, involved) if schedules else None,
+        reproduced=f"{reproduced[0]}/{reproduced[1]}" if reproduced is not None else None,
+        replays_stopped_at_budget=(reproduced[1] < REPLAY_TRIES
+                                   if reproduced is not None else None))
 
 
-def schedule_trace(history: History, involved: set[int]) -> list[dict[str, Any]]:
+def schedule_trace(history: History, involved: set[int]) -> tuple[TraceStatement, ...]:
     """The SQL statements of the involved scheduled rounds, in the order they ran."""
     rounds = {o.round for o in history if o.index in involved and o.extra.get("sql")}
     rows = sorted((o.round, seq, o.process, sql, switch, o.index) for o in history
                   if o.round in rounds for seq, sql, switch in o.extra.get("sql", []))
-    return [{"worker": w, "sql": sql, "op": i, "switch": sw} for _r, _s, w, sql, sw, i in rows]
+    return tuple(TraceStatement(worker=w, sql=sql, op=i, switch=sw)
+                 for _r, _s, w, sql, sw, i in rows)
 
 
 def _fails_like(runner: Runner, steps: list[Step], invariant: str,
@@ -750,16 +772,11 @@ def replay_count(runner: Runner, failure: Failure, tries: int) -> tuple[tuple[in
 
 def write_report(outcome: Outcome, *, argv_replay: str | None = None) -> Path:
     """report.json, history.jsonl, report.md and timeline.html in the report directory."""
-    # why: the renderers load only when a report is written (replays and shrinking never do)
-    from harness.report.markdown import render_markdown
-    from harness.report.timeline import render_timeline
-
     d = outcome.report_dir
     d.mkdir(parents=True, exist_ok=True)
-    report = dict(outcome.report)
-    report["replay"] = argv_replay or f"ferry-harness replay {d}"
+    report = replace(outcome.report, replay=argv_replay or f"ferry-harness replay {d}")
     history = outcome.history
-    (d / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (d / "report.json").write_text(json.dumps(report_to_json(report), indent=2, default=str) + "\n")
     history.write_jsonl(d / "history.jsonl")
     (d / "report.md").write_text(render_markdown(report))
     (d / "timeline.html").write_text(render_timeline(list(history), report=report))

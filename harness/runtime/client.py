@@ -5,7 +5,8 @@ every store has its own connection to the one WAL file, as in production. The po
 started once per campaign (fork costs milliseconds, spawn hundreds): per example the
 workers only re-open the store on a fresh database file.
 
-Commands go over pipes and results come back as plain data. A *race round* sends one
+Commands go over pipes as the typed messages of :mod:`harness.runtime.wire`; each
+process dispatches on the message's type. A *race round* sends one
 call to each of k workers, waits until all k stand at a shared barrier, then releases
 them together. A worker that dies or overruns its timeout is killed and replaced by a
 fresh one with a new id; its operation is recorded as ``info`` (indeterminate).
@@ -13,7 +14,6 @@ fresh one with a new id; its operation is recorded as ``info`` (indeterminate).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import select
 import signal
@@ -32,28 +32,39 @@ from harness.errors import HarnessError
 from harness.runtime import schedule
 from harness.runtime.calls import capabilities, execute
 from harness.runtime.clock import SharedClock
+from harness.runtime.process import die_with_parent
 from harness.runtime.target import load_factory
+from harness.runtime.wire import (
+    AtBarrier,
+    CallOp,
+    CheckIntegrity,
+    CloseStore,
+    DropSnapshot,
+    HoldSnapshot,
+    IntegrityResult,
+    OpDone,
+    OpenStore,
+    SnapshotDropped,
+    SnapshotHeld,
+    Stop,
+    StoreClosed,
+    StoreOpened,
+    StoreOpenFailed,
+    receive,
+    send,
+)
 
 _CTX = mp.get_context("fork")
 # Liveness: an op still running after 20 × the slowest recent op, at least LIVENESS_FLOOR_S
 # and at most LIVENESS_CAP_S (unless --op-timeout fixes it), is a hang.
 LIVENESS_FLOOR_S = 3.0
 LIVENESS_CAP_S = 10.0
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this worker if the controller dies, so none outlives it."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, parent: int,
                  scheduled: bool = False) -> None:
-    _die_with_parent()
+    """A store worker's loop: one message in, its answer out (see harness.runtime.wire)."""
+    die_with_parent()
     if os.getppid() != parent:  # the controller died before prctl took effect
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
@@ -63,52 +74,59 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, paren
     store = None
     while True:
         try:
-            msg = conn.recv()
+            msg = receive(conn)
         except (EOFError, OSError):
             break
-        kind = msg[0]
-        if kind == "open":
-            if store is not None:
-                _close(store)
-                store = None
-            try:
-                store = factory(msg[1], clock=clock)
-                caps = set(capabilities(store))
-                if scheduled and schedule.connections():
-                    caps.add("schedule-points")
-                conn.send(("opened", sorted(caps), dict(getattr(store, "ferry_skips", None) or {})))
-            except Exception as exc:
-                conn.send(("open_error", f"{type(exc).__name__}: {exc}"))
-        elif kind == "call":
-            _, op_id, op, args, agent, barrier, go_timeout, controlled = msg
-            if barrier:
-                conn.send(("ready", op_id))
-                if not _pass_gate(gate_fd, go_timeout):
-                    conn.send(("done", op_id, INFO, None, "BarrierTimeout",
-                               "barrier never opened", 0, 0, clock()))
-                    continue
-            now = clock()
-            t0 = time.monotonic_ns()
-            schedule.begin(op_id if controlled else None)
-            try:
-                typ, value, error, message = execute(store, op, args, agent)
-            except schedule.ScheduleAbort as exc:
-                typ, value, error, message = INFO, None, None, str(exc)
-            except Exception as exc:  # not a typed refusal: indeterminate, and a finding
-                typ, value, error, message = INFO, None, type(exc).__name__, str(exc)
-            finally:
-                schedule.begin(None)
-            t1 = time.monotonic_ns()
-            conn.send(("done", op_id, typ, value, error, message, t0, t1, now))
-        elif kind == "close":
-            if store is not None:
-                _close(store)
-                store = None
-            conn.send(("closed",))
-        elif kind == "stop":
-            break
+        match msg:
+            case CallOp():
+                send(conn, _call(store, msg, conn, clock, gate_fd))
+            case OpenStore():
+                if store is not None:
+                    _close(store)
+                    store = None
+                try:
+                    store = factory(msg.path, clock=clock)
+                    caps = set(capabilities(store))
+                    if scheduled and schedule.connections():
+                        caps.add("schedule-points")
+                    send(conn, StoreOpened(
+                        capabilities=tuple(sorted(caps)),
+                        skips=dict(getattr(store, "ferry_skips", None) or {})))
+                except Exception as exc:
+                    send(conn, StoreOpenFailed(error=f"{type(exc).__name__}: {exc}"))
+            case CloseStore():
+                if store is not None:
+                    _close(store)
+                    store = None
+                send(conn, StoreClosed())
+            case Stop():
+                break
     if store is not None:
         _close(store)
+
+
+def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int) -> OpDone:
+    """Run one operation (after the barrier, if the call has one) and classify it."""
+    if msg.barrier:
+        send(conn, AtBarrier(op_index=msg.op_index))
+        if not _pass_gate(gate_fd, msg.barrier_timeout_s):
+            return OpDone(op_index=msg.op_index, type=INFO, value=None, error="BarrierTimeout",
+                          message="barrier never opened", invoke_ns=0, complete_ns=0,
+                          now_ms=clock())
+    now = clock()
+    t0 = time.monotonic_ns()
+    schedule.begin(msg.op_index if msg.scheduled else None)
+    try:
+        typ, value, error, message = execute(store, msg.op, msg.args, msg.agent)
+    except schedule.ScheduleAbort as exc:
+        typ, value, error, message = INFO, None, None, str(exc)
+    except Exception as exc:  # not a typed refusal: indeterminate, and a finding
+        typ, value, error, message = INFO, None, type(exc).__name__, str(exc)
+    finally:
+        schedule.begin(None)
+    t1 = time.monotonic_ns()
+    return OpDone(op_index=msg.op_index, type=typ, value=value, error=error, message=message,
+                  invoke_ns=t0, complete_ns=t1, now_ms=now)
 
 
 def _pass_gate(gate_fd: int, timeout: float) -> bool:
@@ -137,29 +155,30 @@ def _reader_main(conn: Any, parent: int) -> None:
 
     It never loads the target, so two SQLite libraries never share a process.
     """
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     db = None
     while True:
         try:
-            msg = conn.recv()
+            msg = receive(conn)
         except (EOFError, OSError):
             break
-        if msg[0] == "hold":
-            db = sqlite3.connect(msg[1], isolation_level=None)
-            db.execute("BEGIN")
-            db.execute("SELECT count(*) FROM sqlite_master").fetchall()
-            conn.send(("holding",))
-        elif msg[0] == "drop":
-            if db is not None:
-                db.execute("COMMIT")
-                db.close()
-                db = None
-            conn.send(("dropped",))
-        elif msg[0] == "integrity":
-            conn.send(("integrity", _integrity_check(msg[1])))
-        elif msg[0] == "stop":
-            break
+        match msg:
+            case HoldSnapshot():
+                db = sqlite3.connect(msg.path, isolation_level=None)
+                db.execute("BEGIN")
+                db.execute("SELECT count(*) FROM sqlite_master").fetchall()
+                send(conn, SnapshotHeld())
+            case DropSnapshot():
+                if db is not None:
+                    db.execute("COMMIT")
+                    db.close()
+                    db = None
+                send(conn, SnapshotDropped())
+            case CheckIntegrity():
+                send(conn, IntegrityResult(result=_integrity_check(msg.path)))
+            case Stop():
+                break
 
 
 def _integrity_check(path: str) -> str:
@@ -182,6 +201,15 @@ def _close(store: Any) -> None:
         store.close()
     except Exception:
         pass
+
+
+def _record(op: Op, reply: OpDone) -> None:
+    """Fill ``op`` with a worker's answer; the worker's own clock readings win over the
+    controller's, except where the op never ran (a barrier that never opened)."""
+    op.type, op.value, op.error, op.message = reply.type, reply.value, reply.error, reply.message
+    op.invoke_ns = reply.invoke_ns or op.invoke_ns
+    op.complete_ns = reply.complete_ns or time.monotonic_ns()
+    op.now = reply.now_ms
 
 
 @dataclass
@@ -305,7 +333,7 @@ class WorkerPool:
             if w.paused:
                 self._signal(w, signal.SIGCONT)
             try:
-                w.conn.send(("stop",))
+                send(w.conn, Stop())
             except (OSError, ValueError):
                 pass
         deadline = time.monotonic() + 1.0
@@ -349,15 +377,15 @@ class WorkerPool:
 
     def _open_slot(self, slot: int) -> None:
         w = self.slots[slot]
-        w.conn.send(("open", self.path))
+        send(w.conn, OpenStore(path=self.path))
         reply = self._recv(w, self.op_timeout_s)
-        if reply is None:
-            raise HarnessError(f"worker {w.id} did not open the store within {self.op_timeout_s}s")
-        if reply[0] == "open_error":
+        if isinstance(reply, StoreOpenFailed):
             raise HarnessError(
-                f"the target factory {self.target} raised in a worker: {reply[1]}")
-        self.capabilities = frozenset(reply[1])
-        self.skips = dict(reply[2]) if len(reply) > 2 else {}
+                f"the target factory {self.target} raised in a worker: {reply.error}")
+        if not isinstance(reply, StoreOpened):
+            raise HarnessError(f"worker {w.id} did not open the store within {self.op_timeout_s}s")
+        self.capabilities = frozenset(reply.capabilities)
+        self.skips = dict(reply.skips)
 
     def replace(self, slot: int) -> Worker:
         """Kill the worker in ``slot`` (if alive) and start a fresh one with a new id."""
@@ -401,7 +429,7 @@ class WorkerPool:
     def hold_reader(self) -> None:
         """Open a read transaction on the database from a separate process."""
         self._ensure_reader()
-        self._reader.conn.send(("hold", self.path))
+        send(self._reader.conn, HoldSnapshot(path=self.path))
         if self._recv(self._reader, self.op_timeout_s) is None:
             raise HarnessError("the long-reader process did not answer")
         with self._reader_lock:
@@ -412,7 +440,7 @@ class WorkerPool:
             if self._reader is None or not self._reader_held:
                 return
             self._reader_held = False
-            self._reader.conn.send(("drop",))
+            send(self._reader.conn, DropSnapshot())
             self._recv(self._reader, self.op_timeout_s)
 
     def run_with_reader(self, call: PlannedCall, history: History, hold_s: float,
@@ -434,17 +462,19 @@ class WorkerPool:
         """``PRAGMA integrity_check`` of the database, run in the reader process (which never
         loads the target): "ok", or SQLite's list of problems."""
         reader = self._ensure_reader()
-        reader.conn.send(("integrity", self.path))
+        send(reader.conn, CheckIntegrity(path=self.path))
         reply = self._recv(reader, self.op_timeout_s)
-        if reply is None:
+        if not isinstance(reply, IntegrityResult):
             raise HarnessError("the reader process did not answer the integrity check")
-        return reply[1]
+        return reply.result
 
     # ---------------------------------------------------------------- running operations
-    def _recv(self, w: Worker, timeout: float) -> tuple | None:
+    def _recv(self, w: Worker, timeout: float) -> Any:
+        """The worker's next message (a harness.runtime.wire type), or None if it sent none
+        within ``timeout`` seconds or died."""
         if w.conn.poll(timeout):
             try:
-                return w.conn.recv()
+                return receive(w.conn)
             except (EOFError, OSError):
                 return None
         return None
@@ -474,8 +504,9 @@ class WorkerPool:
             history.append(op)
             created.append(op)
             try:
-                w.conn.send(("call", op.index, call.op, call.args, call.agent, barrier,
-                             self.op_timeout_s, controlled))
+                send(w.conn, CallOp(op_index=op.index, op=call.op, args=call.args,
+                                    agent=call.agent, barrier=barrier,
+                                    barrier_timeout_s=self.op_timeout_s, scheduled=controlled))
             except (OSError, ValueError):
                 op.note = "worker was dead before the call"
                 continue
@@ -483,7 +514,7 @@ class WorkerPool:
         if barrier:
             for slot, (_call, op) in list(pending.items()):
                 reply = self._recv(self.slots[slot], self.op_timeout_s)
-                if reply is None or reply[0] != "ready":
+                if not isinstance(reply, AtBarrier):
                     op.note = "worker died before the barrier"
                     op.complete_ns = time.monotonic_ns()
                     del pending[slot]
@@ -503,10 +534,10 @@ class WorkerPool:
                 slot = by_conn.pop(conn)
                 _call, op = pending.pop(slot)
                 try:
-                    reply = conn.recv()
+                    reply = receive(conn)
                 except (EOFError, OSError):
                     reply = None
-                if reply is None:
+                if not isinstance(reply, OpDone):
                     w = self.slots[slot]
                     w.proc.join(0.5)
                     if w.doomed:
@@ -518,9 +549,7 @@ class WorkerPool:
                     op.complete_ns = time.monotonic_ns()
                     self.replace(slot)
                     continue
-                _, _, typ, value, error, message, t0, t1, now = reply
-                op.type, op.value, op.error, op.message = typ, value, error, message
-                op.invoke_ns, op.complete_ns, op.now = t0 or op.invoke_ns, t1 or time.monotonic_ns(), now
+                _record(op, reply)
                 self._observe(op)
         for slot, (_call, op) in pending.items():  # overran the timeout: kill, replace
             self._mark_hung(op, limit, by_deadline)
@@ -539,16 +568,14 @@ class WorkerPool:
                 args=dict(call.args), invoke_ns=time.monotonic_ns(), now=self.clock(),
                 round=round_id, example=example)
         history.append(op)
-        w.conn.send(("call", op.index, call.op, call.args, call.agent, False, self.op_timeout_s,
-                     False))
+        send(w.conn, CallOp(op_index=op.index, op=call.op, args=call.args, agent=call.agent,
+                            barrier=False, barrier_timeout_s=self.op_timeout_s, scheduled=False))
         time.sleep(delay_s)
         w.proc.kill()
         w.proc.join(5)
         reply = self._recv(w, 0.05)
-        if reply is not None and reply[0] == "done":
-            _, _, typ, value, error, message, t0, t1, now = reply
-            op.type, op.value, op.error, op.message = typ, value, error, message
-            op.invoke_ns, op.complete_ns, op.now = t0, t1, now
+        if isinstance(reply, OpDone):
+            _record(op, reply)
         else:
             op.note = f"worker killed (SIGKILL) {delay_s * 1000:.2f} ms into the operation"
             op.extra[CUT_SHORT] = "fault"
@@ -567,15 +594,13 @@ class WorkerPool:
             ops[pos].extra.setdefault("sql", []).append([seq, sql, switch])
         for pos, op in enumerate(ops):
             reply = res.replies.get(pos)
-            if reply and reply[0] == "done":
-                _, _, typ, value, error, message, t0, t1, now = reply
-                op.type, op.value, op.error, op.message = typ, value, error, message
-                op.invoke_ns, op.complete_ns, op.now = t0 or op.invoke_ns, t1, now
+            if reply is not None:
+                _record(op, reply)
                 self._observe(op)
                 continue
             op.complete_ns = time.monotonic_ns()
             op.note = res.note or "worker died during a scheduled round"
-            if reply and reply[0] == "died":
+            if pos in res.died:
                 if not self.slots[slots[pos]].doomed:
                     op.extra["died"] = self.slots[slots[pos]].proc.exitcode
                 self.replace(slots[pos])

@@ -18,6 +18,7 @@ def provenance() -> dict[str, str | None]:
     try:
         version = metadata.version("ferry")
     except metadata.PackageNotFoundError:
+        # why: ferry_core is only consulted when ferry is not pip-installed (a bare checkout)
         from ferry_core import __version__ as version
     root = Path(__file__).resolve().parents[1]
     commit = dirty = None

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
 
+from harness.runtime.wire import AbortSchedule, AtSchedulePoint, OpDone, Proceed, receive, send
+
 _original_connect = sqlite3.connect
 _state: dict[str, Any] = {"pipe": None, "op": None, "connections": 0, "busy": False}
 
@@ -40,9 +42,8 @@ def _point(sql: Any) -> None:
     if pipe is None or op is None:
         return
     retry, _state["busy"] = _state["busy"], False
-    pipe.send(("point", op, str(sql).strip()[:500], retry))
-    reply = pipe.recv()
-    if reply[0] != "go":
+    send(pipe, AtSchedulePoint(op_index=op, sql=str(sql).strip()[:500], retry=retry))
+    if not isinstance(receive(pipe), Proceed):
         raise ScheduleAbort("schedule aborted by the controller")
 
 
@@ -159,13 +160,16 @@ def compact(decisions: list[int]) -> str:
 
 
 # ---------------------------------------------------------------------------- controller
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class RoundResult:
-    replies: dict[int, tuple]  # position -> the worker's "done" reply
+    """How a scheduled round went; workers are named by their position in the round."""
+
+    replies: dict[int, OpDone]  # position -> the worker's answer, for those that finished
     trace: list[tuple[int, int, str, bool]]  # (position, op index, sql, switch)
-    stalled: list[int]  # positions that never finished
-    note: str | None = None
+    stalled: list[int]  # positions that never finished (nor died)
+    note: str | None = None  # why the round ended early, if it did
     hung: list[int] = field(default_factory=list)  # of those, running in the store (no point)
+    died: list[int] = field(default_factory=list)  # positions whose worker died mid-round
 
 
 def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
@@ -179,16 +183,17 @@ def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
     running: set[int] = set(range(k))
     blocked: set[int] = set()
     retrying: set[int] = set()
-    replies: dict[int, tuple] = {}
+    replies: dict[int, OpDone] = {}
+    died: list[int] = []
     trace: list[tuple[int, int, str, bool]] = []
     last_pos: int | None = None
     deadline = time.monotonic() + stall_s
-    while len(replies) < k:
+    while len(replies) + len(died) < k:
         if time.monotonic() > deadline:
-            stalled = [i for i in range(k) if i not in replies]
-            return RoundResult(replies, trace, stalled,
+            stalled = [i for i in range(k) if i not in replies and i not in died]
+            return RoundResult(replies=replies, trace=trace, stalled=stalled,
                                note=f"schedule stalled for {stall_s:.1f}s; round ended as info",
-                               hung=[i for i in stalled if i not in waiting])
+                               hung=[i for i in stalled if i not in waiting], died=died)
         # blocked workers too: one inside SQLite's own busy handler reports its next point
         # once the lock frees, and may be the only one left to hear from
         live = [conns[i] for i in running]
@@ -196,22 +201,22 @@ def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
         for c in ready:
             i = pos_of[c]
             try:
-                msg = c.recv()
+                msg = receive(c)
             except (EOFError, OSError):
-                replies[i] = ("died",)
+                died.append(i)
                 running.discard(i)
                 continue
-            if msg[0] == "point":
-                sql = msg[2]
-                if msg[3]:
-                    retrying.add(i)
-                else:
-                    retrying.discard(i)
-                waiting[i] = sql
-                running.discard(i)
-            elif msg[0] == "done":
-                replies[i] = msg
-                running.discard(i)
+            match msg:
+                case AtSchedulePoint():
+                    if msg.retry:
+                        retrying.add(i)
+                    else:
+                        retrying.discard(i)
+                    waiting[i] = msg.sql
+                    running.discard(i)
+                case OpDone():
+                    replies[i] = msg
+                    running.discard(i)
             deadline = time.monotonic() + stall_s
         if ready:
             continue
@@ -222,20 +227,22 @@ def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
             sql = waiting.pop(choice)
             trace.append((choice, op_indices[choice], sql, last_pos is not None and last_pos != choice))
             last_pos = choice
-            conns[choice].send(("go",))
+            send(conns[choice], Proceed())
             running.add(choice)
             blocked.discard(choice)
             # a blocked worker may be free now that someone else moved; look again
             blocked.clear()
         elif not running:
             break
-    return RoundResult(replies, trace, [i for i in range(k) if i not in replies])
+    return RoundResult(replies=replies, trace=trace,
+                       stalled=[i for i in range(k) if i not in replies and i not in died],
+                       died=died)
 
 
 def abort(conns: list[Any]) -> None:
     """Tell workers parked at a point to give up (their op ends as ``info``)."""
     for c in conns:
         try:
-            c.send(("abort",))
+            send(c, AbortSchedule())
         except (OSError, ValueError):
             pass

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.runtime.client import _die_with_parent
+from harness.runtime.process import die_with_parent
 from harness.tools.bench.targets import Target
 
 #: seconds a worker keeps polling while poll_next returns None with tasks left, then gives up
@@ -225,7 +225,7 @@ def _drain_loop(store: Any, p: WorkerParams, sh: WorkerShared, t: _Tally) -> Non
 
 def drain(p: WorkerParams, sh: WorkerShared, out: Any) -> None:
     """Worker body: open the store, wait for the start signal, drain, report, wait, close."""
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() != p.parent_pid:
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

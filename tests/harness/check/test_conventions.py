@@ -16,18 +16,18 @@ def _run(target: str, tmp_path, budget: float, seed: int = 0):
 
 def test_a_closed_lease_store_that_declares_it_passes(tmp_path, ferry_budget):
     out = _run("tests.broken_stores:closed_lease_declared", tmp_path, 5 * ferry_budget)
-    assert out.verdict == "pass", out.report["violations"][:1]
-    assert out.report["stats"]["race_rounds"] > 10
+    assert out.verdict == "pass", out.report.violations[:1]
+    assert out.report.stats.race_rounds > 10
 
 
 def test_the_same_store_held_to_half_open_fails(tmp_path, ferry_budget):
     out = _run("tests.broken_stores:closed_lease", tmp_path, 20 * ferry_budget)
     assert out.verdict == "fail"
-    assert out.report["violations"][0]["invariant"] == "lease-half-open"
+    assert out.report.violations[0].invariant == "lease-half-open"
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_declared_convention_the_store_does_not_keep_fails(tmp_path, ferry_budget, seed):
     out = _run("tests.broken_stores:inconsistent_closed", tmp_path, 20 * ferry_budget, seed)
     assert out.verdict == "fail"
-    assert out.report["violations"][0]["invariant"] in ("single-winner", "lease-half-open")
+    assert out.report.violations[0].invariant in ("single-winner", "lease-half-open")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 
 from harness.check.history import FAIL, INFO, OK, Op
-from harness.report.markdown import format_step, render_markdown
+from harness.report.markdown import render_markdown
+from harness.report.schema import report_from_json
+from harness.report.story import format_step
 from harness.report.timeline import render_timeline
 
 NOW = 1_000_000_100
@@ -48,7 +50,7 @@ def _report() -> dict:
             "invariant": "single-holder",
             "message": "two ok claims of t1 in one round",
             "ops": [1, 2],
-            "steps": [{"kind": "dispatch", "qttl": 1000, "ettl": 500},
+            "steps": [{"kind": "dispatch", "queue_ttl_ms": 1000, "exec_ttl_ms": 500},
                       {"kind": "race_claim", "task": 0, "agents": ["alice", "bob", "carol"]}],
             "history": [o.to_dict() for o in hist[1:4]],
             "reproduced": "7/10",
@@ -71,7 +73,7 @@ def _report() -> dict:
 
 # --------------------------------------------------------------------------- markdown
 def test_markdown_has_verdict_invariants_and_replay() -> None:
-    md = render_markdown(_report())
+    md = render_markdown(report_from_json(_report()))
     assert md.splitlines()[0].startswith("# ") and "FAIL" in md.splitlines()[0]
     for inv in ("single-holder", "linearizable", "dag-order"):
         assert re.search(rf"^\| {re.escape(inv)} \| ", md, re.M), inv
@@ -83,7 +85,7 @@ def test_markdown_has_verdict_invariants_and_replay() -> None:
 
 
 def test_markdown_steps_and_per_worker_table() -> None:
-    md = render_markdown(_report())
+    md = render_markdown(report_from_json(_report()))
     assert "2. race_claim task#0 by alice, bob, carol" in md
     assert re.search(r"^1\. dispatch ", md, re.M)
     assert "| now | worker 0 | worker 1 | worker 2 |" in md
@@ -100,7 +102,7 @@ def test_markdown_steps_and_per_worker_table() -> None:
 
 
 def test_markdown_schedule_trace_table() -> None:
-    md = render_markdown(_report())
+    md = render_markdown(report_from_json(_report()))
     assert "SQL statements in the order they ran" in md
     lines = md.splitlines()
     head = lines.index("| # | worker 0 | worker 1 |")
@@ -111,10 +113,11 @@ def test_markdown_schedule_trace_table() -> None:
 
 
 def test_markdown_is_robust_to_missing_keys() -> None:
-    md = render_markdown({})
+    md = render_markdown(report_from_json({}))
     assert "UNKNOWN" in md.splitlines()[0]
-    md = render_markdown({"verdict": "pass", "violations": [{"history": [{"bogus": 1}]}],
-                          "invariants": {"a|b": "checked"}})
+    md = render_markdown(report_from_json({"verdict": "pass",
+                                           "violations": [{"history": [{"bogus": 1}]}],
+                                           "invariants": {"a|b": "checked"}}))
     assert "PASS" in md and "a\\|b" in md
 
 

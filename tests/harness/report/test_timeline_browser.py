@@ -26,6 +26,7 @@ import pytest
 from harness.check.history import Op
 from harness.report import timeline
 from harness.report.markdown import render_markdown
+from harness.report.schema import report_from_json, report_to_json
 from harness.report.timeline import render_timeline
 from tests import timeline_cases
 from tests.timeline_cases import CASES
@@ -85,7 +86,7 @@ def _write(tmp_path: Path, ops: list[Op], report: dict[str, Any], name: str = "t
     d = tmp_path / "report"
     d.mkdir(exist_ok=True)
     path = d / f"{name}.html"
-    path.write_text(render_timeline(ops, report=report), encoding="utf-8")
+    path.write_text(render_timeline(ops, report=report_from_json(report)), encoding="utf-8")
     return path
 
 
@@ -277,7 +278,7 @@ def test_a_real_run_explains_itself(browser: Any, tmp_path: Path) -> None:
                          workers=3, report_dir=str(tmp_path / "run"), shrink_budget_s=3.0)
     outcome = Campaign(cfg).run()
     assert outcome.verdict == "fail"
-    report = json.loads(json.dumps(outcome.report, default=str))
+    report = json.loads(json.dumps(report_to_json(outcome.report), default=str))
     report["replay"] = f"ferry-harness replay {tmp_path / 'run'}"
     report["ferry"] = {"version": "0.1.0", "commit": "f" * 40}
     pg = Page(browser, _write(tmp_path, list(outcome.history), report))
@@ -299,7 +300,7 @@ def test_a_real_run_explains_itself(browser: Any, tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- without a browser
 def test_story_is_in_the_html_itself_and_nothing_is_fetched() -> None:
     ops, report = timeline_cases.fault()
-    page = render_timeline(ops, report=report)
+    page = render_timeline(ops, report=report_from_json(report))
     head = page.split('<section class="timeline"')[0]
     assert "holder-guard" in head and "cannot follow" in head
     assert "task 5 CLAIMED by bob with token b2b2b2b2" in head
@@ -311,7 +312,7 @@ def test_story_is_in_the_html_itself_and_nothing_is_fetched() -> None:
 def test_store_strings_cannot_close_the_data_script() -> None:
     ops, report = timeline_cases.single_winner()
     ops[1].agent = "</script><script>alert(1)</script><!--"
-    page = render_timeline(ops, report=report)
+    page = render_timeline(ops, report=report_from_json(report))
     assert "</script><script>alert(1)" not in page
     assert page.count("</script>") == 2 and page.count("<!--") == 0
     data = page.split('id="ferry-data">')[1].split("</script>")[0]
@@ -320,14 +321,14 @@ def test_store_strings_cannot_close_the_data_script() -> None:
 
 def test_report_md_leads_with_the_same_story() -> None:
     _ops, report = timeline_cases.lease_boundary()
-    md = render_markdown(report)
+    md = render_markdown(report_from_json(report))
     head = md.split("## Invariants")[0]
     assert "`lease-half-open` broken on task 7" in head
     assert "cannot follow: task 7 CLAIMED by alice" in head and "lease until t=1000010" in head
     assert "1. dispatch " in head and "4. fulfill claim#0 by holder" in head
     assert "ferry-harness replay reports/latest" in head
     assert "ferry 0.1.0 (commit 0123456789ab)" in head and "**FAIL**" in head
-    assert "<script>" not in render_markdown(timeline_cases.single_winner()[1])
+    assert "<script>" not in render_markdown(report_from_json(timeline_cases.single_winner()[1]))
 
 
 def test_old_callers_and_empty_histories_still_render() -> None:

@@ -40,8 +40,8 @@ def test_reference_store_passes(target, tmp_path, ferry_budget):
     # a count, not seconds: on a loaded machine 6 s may not reach a DAG step, and "every
     # invariant checked" must not depend on the machine's load
     outcome = run(target, tmp_path, budget=None, seed=7, max_examples=int(60 * ferry_budget))
-    assert outcome.verdict == "pass", outcome.report["violations"][:1]
-    stats = outcome.report["stats"]
-    assert stats["examples"] > 5 and stats["race_rounds"] > 20
-    assert all(v.startswith("checked (") for v in outcome.report["invariants"].values()), \
-        outcome.report["invariants"]
+    assert outcome.verdict == "pass", outcome.report.violations[:1]
+    stats = outcome.report.stats
+    assert stats.examples > 5 and stats.race_rounds > 20
+    assert all(v.startswith("checked (") for v in outcome.report.invariants.values()), \
+        outcome.report.invariants

@@ -177,17 +177,17 @@ def test_fault_broken_store_is_caught_by_its_fault(factory, tmp_path, ferry_budg
     t0 = time.perf_counter()
     out = _campaign(f"tests.broken_stores:{factory}", faults, 20 * ferry_budget, tmp_path)
     assert out.verdict == "fail", f"{factory} was not caught by {faults}"
-    v = out.report["violations"][0]
-    assert v["invariant"] == invariant, v["message"]
-    assert v["steps"][-1]["kind"] == "fault" and v["steps"][-1]["fault"] in faults
+    v = out.report.violations[0]
+    assert v.invariant == invariant, v.message
+    assert v.steps[-1]["kind"] == "fault" and v.steps[-1]["fault"] in faults
     assert time.perf_counter() - t0 < 60
 
 
 @pytest.mark.parametrize("target", ["ferry_core:cas_store", "ferry_core:immediate_store"])
 def test_reference_store_passes_a_fault_campaign(target, tmp_path, ferry_budget):
     out = _campaign(target, FAULTS, 8 * ferry_budget, tmp_path, seed=3)  # 4 s saw 0 pauses under load
-    assert out.verdict == "pass", out.report["violations"][:1]
-    faults = out.report["stats"]["faults"]
+    assert out.verdict == "pass", out.report.violations[:1]
+    faults = out.report.stats.faults
     assert faults.get("kill", 0) > 0 and faults.get("pause", 0) > 0 and faults.get("clock", 0) > 0
-    assert out.report["invariants"]["integrity"].startswith("checked (")
+    assert out.report.invariants["integrity"].startswith("checked (")
     assert children_of(os.getpid()) == []  # every worker, replacement and reader is gone

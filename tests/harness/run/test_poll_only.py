@@ -173,13 +173,13 @@ def test_poll_only_bug_is_caught_under_kill_and_pause(factory, tmp_path, ferry_b
     faults, invariant = POLL_ONLY_BROKEN[factory]
     out = _campaign(factory, 20 * ferry_budget, tmp_path)
     assert out.verdict == "fail", f"{factory} was not caught by {faults}"
-    v = out.report["violations"][0]
-    assert v["invariant"] == invariant, v["message"]
-    assert v["steps"][-1]["kind"] == "fault" and v["steps"][-1]["fault"] in faults
+    v = out.report.violations[0]
+    assert v.invariant == invariant, v.message
+    assert v.steps[-1]["kind"] == "fault" and v.steps[-1]["fault"] in faults
 
 
 def test_correct_poll_only_store_passes_kill_and_pause(tmp_path, ferry_budget):
     out = _campaign("poll_only", 6 * ferry_budget, tmp_path, seed=1)
-    assert out.verdict == "pass", out.report["violations"][:1]
-    faults = out.report["stats"]["faults"]
+    assert out.verdict == "pass", out.report.violations[:1]
+    faults = out.report.stats.faults
     assert faults.get("kill", 0) > 0 and faults.get("pause", 0) > 0
