@@ -171,7 +171,6 @@ def _example_db(option: str | None, report_dir: str) -> Any:
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
     # lazy: `--help` and usage errors answer without loading the engine
-    from harness.report.schema import report_to_json
     from harness.run.campaign import Campaign, CampaignConfig, write_report
 
     load_factory(args.target)
@@ -191,41 +190,41 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     finally:
         stop()
     d = write_report(outcome)
-    rep = report_to_json(outcome.report)
-    st = rep["stats"]
-    if rep.get("example_database", {}).get("failure_from_database"):
+    rep = outcome.report
+    st = rep.stats
+    if rep.example_database and rep.example_database.failure_from_database:
         print("ferry: a failure saved by an earlier run still fails (replayed from the example "
               "database first)")
-    print(f"ferry: {rep['verdict'].upper()} — {st['examples']} examples, {st['race_rounds']} race "
-          f"rounds, {st['ops']} operations in {st['seconds']:.1f}s against {cfg.target}")
-    for v in rep["violations"]:
-        print(f"  [{v['invariant']}] {v['message']} (see PROTOCOL.md#{v['invariant']})")
-        sched = f", schedule {v['schedule']}" if v.get("schedule") else ""
-        cut = " (stopped at budget)" if v.get("replays_stopped_at_budget") else ""
-        print(f"    minimal example: {len(v['steps'])} steps{sched}, reproduced "
-              f"{v.get('reproduced', '?')}{cut}")
-        det = v.get("schedule_mode")
-        if det and det.get("found"):
-            print(f"    in schedule mode: schedule {det['schedule']}, reproduced "
-                  f"{det['reproduced']} (replay with --mode schedule)")
+    print(f"ferry: {rep.verdict.upper()} — {st.examples} examples, {st.race_rounds} race "
+          f"rounds, {st.ops} operations in {st.seconds:.1f}s against {cfg.target}")
+    for v in rep.violations:
+        print(f"  [{v.invariant}] {v.message} (see PROTOCOL.md#{v.invariant})")
+        sched = f", schedule {v.schedule}" if v.schedule else ""
+        cut = " (stopped at budget)" if v.replays_stopped_at_budget else ""
+        print(f"    minimal example: {len(v.steps or ())} steps{sched}, reproduced "
+              f"{v.reproduced or '?'}{cut}")
+        det = v.schedule_mode
+        if det and det.found:
+            print(f"    in schedule mode: schedule {det.schedule}, reproduced "
+                  f"{det.reproduced} (replay with --mode schedule)")
         elif det:
-            print(f"    no deterministic schedule found ({det.get('why')}, "
-                  f"{det.get('tried')} interleavings tried)")
-    skipped = [k for k, s in rep["invariants"].items() if not s.startswith("checked")]
+            print(f"    no deterministic schedule found ({det.why}, "
+                  f"{det.tried} interleavings tried)")
+    skipped = [k for k, s in (rep.invariants or {}).items() if not s.startswith("checked")]
     if skipped:
         print(f"  skipped: {', '.join(skipped)} (see report)")
     print(f"  report: {d}/report.md  timeline: {d}/timeline.html")
-    if rep["violations"]:
+    if rep.violations:
         print(f"  replay: ferry-harness replay {d}")
     if campaign.stopping:
         print("ferry-harness: interrupted; the report covers what ran; all workers stopped",
               file=sys.stderr)
         return ExitCode.INTERRUPTED
-    if rep["verdict"] == "unknown":
-        print("ferry: UNKNOWN is not a pass: " + ("; ".join(rep.get("unknown", [])[:3])
+    if rep.verdict == "unknown":
+        print("ferry: UNKNOWN is not a pass: " + ("; ".join((rep.unknown or ())[:3])
                                                   or "no example completed within the budget"))
         return ExitCode.UNKNOWN
-    return ExitCode.VIOLATION if rep["verdict"] == "fail" else ExitCode.OK
+    return ExitCode.VIOLATION if rep.verdict == "fail" else ExitCode.OK
 
 
 @contextlib.contextmanager
