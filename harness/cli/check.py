@@ -23,7 +23,13 @@ from harness.check.checker import full_capabilities, invariant_status, judge_his
 from harness.check.history import History
 from harness.errors import ExitCode
 from harness.report.markdown import render_markdown
-from harness.report.schema import report_from_json
+from harness.report.schema import (
+    CheckStats,
+    Provenance,
+    Report,
+    ViolationReport,
+    report_to_json,
+)
 from harness.report.timeline import render_timeline
 from harness.runtime.provenance import provenance
 
@@ -48,46 +54,37 @@ def _capabilities_for(path: Path, option: str | None) -> tuple[set[str], str]:
 
 
 def build_report(history: History, path: Path, caps: set[str], caps_from: str,
-                 violations: list[Any], unknown: list[str], seconds: float) -> dict[str, Any]:
+                 violations: list[Any], unknown: list[str], seconds: float) -> Report:
     """The report as ``fuzz`` writes it, for an offline check."""
-
-    ops = history.ops
-    by_index = {o.index: o for o in ops}
+    by_index = {o.index: o for o in history.ops}
     entries = []
     for v in violations:
         involved = set(v.ops) | set(v.detail.get("partition_ops", []))
-        entry = v.to_dict()
-        entry["history"] = [by_index[i].to_dict() for i in sorted(involved) if i in by_index]
-        entries.append(entry)
-    verdict = "fail" if violations else ("unknown" if unknown else "pass")
-    return {
-        "verdict": verdict,
-        "ferry": provenance(),
-        "target": f"recorded history {path}",
-        "mode": "check",
-        "capabilities": sorted(caps),
-        "capabilities_from": caps_from,
-        "invariants": invariant_status(caps),
-        "violations": entries,
-        "stats": {"ops": len(ops), "seconds": round(seconds, 3),
-                  "ops_per_s": round(len(ops) / seconds, 1) if seconds else None,
-                  "refusals": refusals(history)},
-        "unknown": unknown,
-        "findings": [],
-        "replay": f"ferry-harness check {path}",
-    }
+        entries.append(ViolationReport(
+            invariant=v.invariant, message=v.message, ops=tuple(v.ops), detail=v.detail,
+            history=tuple(by_index[i] for i in sorted(involved) if i in by_index)))
+    ops = len(history.ops)
+    return Report(
+        kind="check", verdict="fail" if violations else ("unknown" if unknown else "pass"),
+        ferry=Provenance(**provenance()), target=f"recorded history {path}", mode="check",
+        capabilities=tuple(sorted(caps)), capabilities_from=caps_from,
+        invariants=invariant_status(caps), violations=tuple(entries),
+        stats=CheckStats(ops=ops, seconds=round(seconds, 3),
+                         ops_per_s=round(ops / seconds, 1) if seconds else None,
+                         refusals=refusals(history)),
+        unknown=tuple(unknown), findings=(), replay=f"ferry-harness check {path}")
 
 
-def write_check_report(report: dict[str, Any], history: History, report_dir: Path) -> Path:
+def write_check_report(report: Report, history: History, report_dir: Path) -> Path:
     """report.json, history.jsonl, report.md and (for histories a browser can hold)
     timeline.html, like ``harness.run.campaign.write_report``."""
-    typed = report_from_json(report)
     report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (report_dir / "report.json").write_text(
+        json.dumps(report_to_json(report), indent=2, default=str) + "\n")
     history.write_jsonl(report_dir / "history.jsonl")
-    (report_dir / "report.md").write_text(render_markdown(typed))
+    (report_dir / "report.md").write_text(render_markdown(report))
     if len(history) <= TIMELINE_MAX_OPS:
-        (report_dir / "timeline.html").write_text(render_timeline(list(history), report=typed))
+        (report_dir / "timeline.html").write_text(render_timeline(list(history), report=report))
     return report_dir
 
 
@@ -140,7 +137,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"ferry: cannot write the report directory {args.report_dir!r}: "
                   f"{exc.strerror or exc}", file=sys.stderr)
             return ExitCode.ERROR
-    verdict = report["verdict"].upper()
+    verdict = report.verdict.upper()
     print(f"ferry check: {verdict} — {len(history)} operations checked in {seconds:.2f}s "
           f"({path})")
     for v in violations[:10]:
