@@ -120,10 +120,10 @@ def test_an_unreliable_stress_example_gets_a_deterministic_schedule(tmp_path):
              RaceClaim(task=0, agents=("alice", "bob"))]
     failure = Failure(steps, History(), [Violation("single-winner", "two winners")])
     found = camp._find_schedule(failure)
-    assert found and found["found"], found
-    hits, tries = map(int, found["reproduced"].split("/"))
+    assert found and found.found, found
+    hits, tries = map(int, found.reproduced.split("/"))
     assert hits >= 8 and tries == 10
-    assert found["schedule"]
+    assert found.schedule
 
 
 def test_the_pytest_gate_on_a_hanging_store_ends_quickly_naming_liveness(tmp_path):
