@@ -217,7 +217,7 @@ class Session(Executor):
 
     def race(self, calls: list[Call]) -> list[Op]:
         """Several operations, one per worker slot, released together at one barrier."""
-        planned = [PlannedCall(slot % self.size, op, dict(args), agent)
+        planned = [PlannedCall(slot=slot % self.size, op=op, args=dict(args), agent=agent)
                    for slot, op, agent, args in calls]
         if len(planned) > 1:
             self.say(f"race at one barrier: {', '.join(f'w{c.slot} {c.agent} {c.op}' for c in planned)}")
@@ -230,7 +230,7 @@ class Session(Executor):
         the default decides from the outcome (a poll or sweep that found nothing).
         """
         before = self.pool.wal_size()
-        planned = [PlannedCall(slot % self.size, op, dict(args), agent)
+        planned = [PlannedCall(slot=slot % self.size, op=op, args=dict(args), agent=agent)
                    for slot, op, agent, args in calls]
         ops = self._run(planned)
         after = self.pool.wal_size()

@@ -339,7 +339,7 @@ def ferry_race(ferry_workers: Any, ferry_history: Any) -> Callable[..., list[Any
             raise ValueError(f"a race of {k} needs --ferry-workers >= {k}")
         arg_list = args if isinstance(args, list) else [dict(args or {}) for _ in range(k)]
         agent_list = agents or [f"agent-{i}" for i in range(k)]
-        calls = [PlannedCall(i, op, arg_list[i], agent_list[i]) for i in range(k)]
+        calls = [PlannedCall(slot=i, op=op, args=arg_list[i], agent=agent_list[i]) for i in range(k)]
         return ferry_workers.run(calls, ferry_history)
 
     return race

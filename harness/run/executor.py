@@ -224,7 +224,7 @@ class Executor:
                 self.stats.stalled(op.op, took)
 
     def _one(self, slot: int, op: str, agent: str, **args: Any) -> Op:
-        return self._run([PlannedCall(slot % self.pool.size, op, args, agent)])[0]
+        return self._run([PlannedCall(slot=slot % self.pool.size, op=op, args=args, agent=agent)])[0]
 
     def _task(self, ref: int) -> str:
         i = len(self.tasks) - 1 - ref % len(self.tasks)
@@ -322,7 +322,7 @@ class Executor:
         task = self._task(s.task)
         agents = s.agents[: self.pool.size]
         if "claim" in self.capabilities:
-            self._run([PlannedCall(i, "claim", {"task_id": task}, a) for i, a in enumerate(agents)])
+            self._run([PlannedCall(slot=i, op="claim", args={"task_id": task}, agent=a) for i, a in enumerate(agents)])
         else:
             self._poll_race(agents)
         return s
@@ -332,7 +332,7 @@ class Executor:
         return s
 
     def _poll_race(self, agents: tuple[str, ...]) -> None:
-        self._run([PlannedCall(i, "poll_next", {}, a) for i, a in enumerate(agents)])
+        self._run([PlannedCall(slot=i, op="poll_next", args={}, agent=a) for i, a in enumerate(agents)])
 
     def _holder_args(self, c: KnownClaim, op: str, tag: int) -> dict[str, Any]:
         args: dict[str, Any] = {"task_id": c.task_id, "token": c.token}
@@ -358,7 +358,7 @@ class Executor:
         if who == "holder":
             racers = max(1, min(s.race, self.pool.size))
             slots = [self._slot(c.slot + i) for i in range(racers)]
-            self._run([PlannedCall(sl, op, self._holder_args(c, op, sl), c.agent) for sl in slots])
+            self._run([PlannedCall(slot=sl, op=op, args=self._holder_args(c, op, sl), agent=c.agent) for sl in slots])
             return s
         args = self._holder_args(c, op, other)
         agent = c.agent
@@ -368,7 +368,7 @@ class Executor:
             args["token"] = str(uuid.UUID(int=len(self.steps) + 1, version=4))
         elif who == "other-agent":  # the right token in the wrong agent's hands
             agent = "mallory"
-        self._run([PlannedCall(other, op, args, agent)])
+        self._run([PlannedCall(slot=other, op=op, args=args, agent=agent)])
         return s
 
     def _repeat(self, c: KnownClaim, op: str, times: int) -> None:
@@ -419,7 +419,7 @@ class Executor:
         if s.offset is not None and self.lock_expires is not None:
             self._set_clock(self.lock_expires + s.offset)
         owners = s.owners[: self.pool.size]
-        self._run([PlannedCall(i, "acquire_lock", {"name": LOCK_NAME, "owner": o, "ttl_ms": s.ttl_ms}, o)
+        self._run([PlannedCall(slot=i, op="acquire_lock", args={"name": LOCK_NAME, "owner": o, "ttl_ms": s.ttl_ms}, agent=o)
                    for i, o in enumerate(owners)])
         return s
 
@@ -485,7 +485,7 @@ class Executor:
         if reader:  # the outside reader lets go after READER_HOLD_S, whatever the store does
             self.round += 1
             op = self.pool.run_with_reader(
-                PlannedCall(0, "checkpoint", {"mode": "TRUNCATE"}, "janitor"), self.history,
+                PlannedCall(slot=0, op="checkpoint", args={"mode": "TRUNCATE"}, agent="janitor"), self.history,
                 READER_HOLD_S, round_id=self.round, example=self.example)
             self.stats.ops += 1
             self._note_stall(op)
@@ -628,7 +628,7 @@ class Executor:
             if s.delay_us is None:
                 s = replace(s, delay_us=nemesis.draw_delay_us(self.history))
             delay = s.delay_us / 1e6
-        call = PlannedCall(c.slot, "fulfill", self._holder_args(c, "fulfill", c.slot), c.agent)
+        call = PlannedCall(slot=c.slot, op="fulfill", args=self._holder_args(c, "fulfill", c.slot), agent=c.agent)
         old_id = self.pool.slots[c.slot].id
         killer = nemesis.kill_timer(self.pool, c.slot, delay, aim=s.aim)
         killer.arm(time.monotonic_ns())
@@ -665,7 +665,7 @@ class Executor:
         delay = s.delay_us / 1e6
         pool = self.pool
         zslot, zombie = c.slot, pool.slots[c.slot]
-        call = PlannedCall(zslot, "fulfill", self._holder_args(c, "fulfill", zslot), c.agent)
+        call = PlannedCall(slot=zslot, op="fulfill", args=self._holder_args(c, "fulfill", zslot), agent=c.agent)
         start = len(self.history)
         box: dict[str, Any] = {}
 
@@ -719,8 +719,8 @@ class Executor:
         if landed == "in-write-tx":
             return s
         # the zombie, unaware, tries once more with its old token: refused, too
-        late = self._run([PlannedCall(zslot, "fulfill", self._holder_args(c, "fulfill", zslot),
-                                      c.agent)])[0]
+        late = self._run([PlannedCall(slot=zslot, op="fulfill", args=self._holder_args(c, "fulfill", zslot),
+                                      agent=c.agent)])[0]
         late.extra["zombie"] = {"task": c.task_id, "expires": c.expires, "rescued_by": rescued,
                                 "landed": "after resume"}
         if winner is not None:
@@ -745,8 +745,8 @@ class Executor:
         """Rescuers claim the orphan by id, or — a poll-only queue — poll as its holder's
         agent: the orphan is then whatever the queue must hand out once the lease is over."""
         if "claim" in self.capabilities:
-            return [PlannedCall(s, "claim", {"task_id": c.task_id}, c.agent) for s in slots]
-        return [PlannedCall(s, "poll_next", {}, c.agent) for s in slots]
+            return [PlannedCall(slot=s, op="claim", args={"task_id": c.task_id}, agent=c.agent) for s in slots]
+        return [PlannedCall(slot=s, op="poll_next", args={}, agent=c.agent) for s in slots]
 
     @staticmethod
     def _took_other(o: Op, c: KnownClaim) -> bool:
@@ -824,10 +824,10 @@ class Executor:
         """The rescuer finishes the task it reclaimed (the lifecycle ends COMPLETED)."""
         slot = self.pool.slot_of(winner.process)
         token = winner.value["token"]
-        self._run([PlannedCall(slot, "fulfill", {"task_id": winner.value["task_id"], "token": token,
+        self._run([PlannedCall(slot=slot, op="fulfill", args={"task_id": winner.value["task_id"], "token": token,
                                                  "result": {"rescued_by": winner.agent,
                                                             "step": len(self.steps)}},
-                               winner.agent)])
+                               agent=winner.agent)])
 
     def _after_fault(self) -> None:
         """Each task listed once with its accepted result; integrity ok; the WAL empties."""

@@ -221,14 +221,14 @@ class Worker:
     doomed: bool = False  # a fault is killing it: its death is injected, not a finding
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class PlannedCall:
     """One operation of a round: which pool slot runs it, as which agent."""
 
-    slot: int
-    op: str
-    args: dict[str, Any]
-    agent: str
+    slot: int  #: index of the worker (pool slot) that runs it
+    op: str  #: protocol operation name (harness.check.ops.PROTOCOL)
+    args: dict[str, Any]  #: the operation's arguments, plain JSON-ready data
+    agent: str  #: the agent id the call is made as
 
 
 class WorkerPool:

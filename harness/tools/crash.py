@@ -247,9 +247,9 @@ class Crash:
                     "victim": self.rng.randrange(pool.size),
                     "aim": self.rng.choice(("write-tx", "random"))}
         # 1. every worker dispatches one task
-        ops = self.run_round([PlannedCall(s, "dispatch", {
+        ops = self.run_round([PlannedCall(slot=s, op="dispatch", args={
             "target_agent": None, "queue_ttl_ms": QUEUE_TTL_MS, "exec_ttl_ms": cfg.exec_ttl_ms,
-            "max_attempts": MAX_ATTEMPTS, "payload": {"round": r, "slot": s}}, "client")
+            "max_attempts": MAX_ATTEMPTS, "payload": {"round": r, "slot": s}}, agent="client")
             for s in range(pool.size)], barrier=False)
         for o in ops:
             if o.type == OK:
@@ -260,10 +260,10 @@ class Crash:
                 self.violation("no-lost-task", f"dispatch refused: {o.error} {o.message}", [o.index])
         # 2. every worker polls, at one barrier (maybe one is killed mid-claim)
         if "poll_next" in pool.capabilities:
-            calls = [PlannedCall(s, "poll_next", {}, self.agent(s)) for s in range(pool.size)]
+            calls = [PlannedCall(slot=s, op="poll_next", args={}, agent=self.agent(s)) for s in range(pool.size)]
         else:
             todo = sorted(self.unfinished, key=self.tasks.index)[:pool.size]
-            calls = [PlannedCall(s, "claim", {"task_id": tid}, self.agent(s))
+            calls = [PlannedCall(slot=s, op="claim", args={"task_id": tid}, agent=self.agent(s))
                      for s, tid in enumerate(todo)]
         # (no barrier when a claim may be killed: a worker SIGKILLed while it waits at the
         # pool's barrier can leave the shared Event's lock held, and the pool deadlocks)
@@ -285,9 +285,9 @@ class Crash:
             pool.replace(slot)
             self.record_kill("between", w.id, None, in_tx, at_ns, "idle holder")
         # 3. every holder fulfills (maybe one is killed mid-fulfill)
-        calls = [PlannedCall(slot, "fulfill", {"task_id": c["task_id"], "token": c["token"],
+        calls = [PlannedCall(slot=slot, op="fulfill", args={"task_id": c["task_id"], "token": c["token"],
                                                "result": {"by": self.agent(slot), "round": r}},
-                             self.agent(slot)) for slot, c in claims]
+                             agent=self.agent(slot)) for slot, c in claims]
         ops = self.run_round(calls, "fulfill", killer=self.killer_for(calls, "fulfill", plan),
                              barrier=False)
         victim_fulfill = None
@@ -317,7 +317,7 @@ class Crash:
         size = self.pool.size
         for i in range(0, len(task_ids), size):
             chunk = task_ids[i:i + size]
-            ops = self.run_round([PlannedCall(s, "get", {"task_id": tid}, "auditor")
+            ops = self.run_round([PlannedCall(slot=s, op="get", args={"task_id": tid}, agent="auditor")
                                   for s, tid in enumerate(chunk)], barrier=False)
             for o in ops:
                 if final:
@@ -374,9 +374,9 @@ class Crash:
 
         def race(tid: str) -> list[Op]:
             rescuers = self.rng.sample(range(pool.size), 2)
-            return self.run_round([PlannedCall(s, "claim" if use_claim else "poll_next",
-                                               {"task_id": tid} if use_claim else {},
-                                               self.agent(s)) for s in rescuers])
+            return self.run_round([PlannedCall(slot=s, op="claim" if use_claim else "poll_next",
+                                               args={"task_id": tid} if use_claim else {},
+                                               agent=self.agent(s)) for s in rescuers])
 
         if self.clock() <= expires - 1:
             self.clock.set(expires - 1)
@@ -422,9 +422,9 @@ class Crash:
     def finish(self, tid: str, claim: Op) -> None:
         """The rescuer fulfills the task it reclaimed."""
         slot = self.pool.slot_of(claim.process)
-        [done] = self.run_round([PlannedCall(slot, "fulfill", {
+        [done] = self.run_round([PlannedCall(slot=slot, op="fulfill", args={
             "task_id": tid, "token": claim.value["token"],
-            "result": {"by": claim.agent, "rescued": True}}, claim.agent)])
+            "result": {"by": claim.agent, "rescued": True}}, agent=claim.agent)])
         if done.type == OK:
             self.unfinished.discard(tid)
         else:
@@ -447,14 +447,14 @@ class Crash:
                     todo.append(tid)
             for i in range(0, len(todo), self.pool.size):
                 chunk = todo[i:i + self.pool.size]
-                calls = [PlannedCall(s, "claim", {"task_id": tid}, self.agent(s))
+                calls = [PlannedCall(slot=s, op="claim", args={"task_id": tid}, agent=self.agent(s))
                          for s, tid in enumerate(chunk)] if "claim" in self.pool.capabilities else [
-                    PlannedCall(s, "poll_next", {}, self.agent(s)) for s in range(len(chunk))]
+                    PlannedCall(slot=s, op="poll_next", args={}, agent=self.agent(s)) for s in range(len(chunk))]
                 got = [(self.pool.slot_of(o.process), o.value) for o in self.run_round(calls)
                        if o.type == OK and o.value]
-                ops = self.run_round([PlannedCall(s, "fulfill", {
+                ops = self.run_round([PlannedCall(slot=s, op="fulfill", args={
                     "task_id": c["task_id"], "token": c["token"],
-                    "result": {"by": self.agent(s), "drained": True}}, self.agent(s))
+                    "result": {"by": self.agent(s), "drained": True}}, agent=self.agent(s))
                     for s, c in got], barrier=False)
                 for o in ops:
                     if o.type == OK:
@@ -477,7 +477,7 @@ class Crash:
         (judged by the crash's Checker: :mod:`harness.check.invariants.crash_audit`)."""
         t, pool = self.t, self.pool
         if "inspect" in pool.capabilities:
-            finals = self.run_round([PlannedCall(0, "inspect", {}, "auditor")])
+            finals = self.run_round([PlannedCall(slot=0, op="inspect", args={}, agent="auditor")])
             for o in finals:
                 o.extra[FINAL_READ] = True
         else:
@@ -488,7 +488,7 @@ class Crash:
         t.completed = len(self.tasks) - t.tasks_lost
         self.integrity()
         if "checkpoint" in pool.capabilities:
-            [op] = self.run_round([PlannedCall(0, "checkpoint", {"mode": "TRUNCATE"}, "janitor")])
+            [op] = self.run_round([PlannedCall(slot=0, op="checkpoint", args={"mode": "TRUNCATE"}, agent="janitor")])
             t.wal_after_checkpoint = pool.wal_size()
             op.extra["wal_after"] = t.wal_after_checkpoint
             self.audited([op])
