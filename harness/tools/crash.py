@@ -28,6 +28,10 @@ dispatched task exactly once, ``COMPLETED``, with the result of its one accepted
 result); ``PRAGMA integrity_check`` (in the pool's reader process) must say ``ok``; a
 ``TRUNCATE`` checkpoint must leave the ``-wal`` empty; no claim token may repeat.
 
+The campaign only drives and records: it marks what it knows on the ops (the round, the
+killed holder of an orphan, each rescue race) and every verdict, in-round and closing, is
+the check layer's (:func:`harness.check.invariants.crash_audit.crash_invariants`).
+
 Exit code 0 when all of that holds, 1 otherwise, 2 for usage or harness errors.
 
 ``ferry-harness replay DIR`` on a crash report directory runs the same campaign again
@@ -45,7 +49,6 @@ import shutil
 import signal
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,6 +57,13 @@ from typing import Any
 from harness.check.checker import Checker, Violation
 from harness.check.history import INFO, OK, History, Op
 from harness.check.invariants.crash_audit import FINAL_READ, crash_invariants
+from harness.check.invariants.crash_rounds import (
+    CAMPAIGN_ROUND,
+    KILLED_HOLDER,
+    RESCUE,
+    KilledHolder,
+    Rescue,
+)
 from harness.errors import ExitCode, HarnessError, TargetError
 from harness.run.nemesis import TimedKill, draw_delay_ns, holds_wal_write_lock, stop
 from harness.runtime.client import PlannedCall, WorkerPool
@@ -123,8 +133,10 @@ class Crash:
         self.t = Tally()
         self.history = History()
         self.violations: list[Violation] = []
-        # the closing audit (and every integrity check): reported through the check layer
+        # every verdict (each round's, the integrity checks', the closing audit's) is the
+        # check layer's: the campaign only records what happened
         self.checker = Checker(invariants=crash_invariants())
+        self.judged = 0  # history ops handed to the checker so far
         self.clock = SharedClock(START_MS)
         self.windows: dict[str, list[tuple[int, int]]] = {"claim": [], "fulfill": []}
         self.tasks: list[str] = []  # every task dispatched, in order
@@ -137,14 +149,14 @@ class Crash:
     def agent(self, slot: int) -> str:
         return f"w{self.pool.slots[slot].id}"
 
-    def violation(self, invariant: str, message: str, ops: list[int] | None = None) -> None:
-        """A finding of the campaign's own driving checks (rescues, rounds, reads)."""
-        self.violations.append(Violation(invariant, message, ops or []))
-
-    def audited(self, ops: list[Op]) -> None:
-        """Let the crash's Checker judge ``ops`` (just appended to the history); its findings
-        join the report, and those the summary counts (``detail["tally"]``) are tallied."""
-        for v in self.checker.check(self.history, ops):
+    def judge(self) -> None:
+        """Let the crash's Checker judge the ops recorded since the last call (marked as
+        :mod:`harness.check.invariants.crash_rounds` and ``crash_audit`` read them); its
+        findings join the report, and those the summary counts (``detail["tally"]``) are
+        tallied."""
+        fresh = self.history.ops[self.judged:]
+        self.judged = len(self.history)
+        for v in self.checker.check(self.history, fresh):
             self.violations.append(v)
             tally = v.detail.get("tally")
             if tally:
@@ -252,12 +264,11 @@ class Crash:
             "max_attempts": MAX_ATTEMPTS, "payload": {"round": r, "slot": s}}, agent="client")
             for s in range(pool.size)], barrier=False)
         for o in ops:
+            o.extra[CAMPAIGN_ROUND] = r
             if o.type == OK:
                 self.tasks.append(o.value)
                 self.unfinished.add(o.value)
                 t.lifecycles += 1
-            else:
-                self.violation("no-lost-task", f"dispatch refused: {o.error} {o.message}", [o.index])
         # 2. every worker polls, at one barrier (maybe one is killed mid-claim)
         if "poll_next" in pool.capabilities:
             calls = [PlannedCall(slot=s, op="poll_next", args={}, agent=self.agent(s)) for s in range(pool.size)]
@@ -269,9 +280,10 @@ class Crash:
         # pool's barrier can leave the shared Event's lock held, and the pool deadlocks)
         ops = self.run_round(calls, "claim", killer=self.killer_for(calls, "claim", plan),
                              barrier=not (plan and plan["phase"] == "claim"))
+        for o in ops:
+            o.extra[CAMPAIGN_ROUND] = r
         claims = [(pool.slot_of(o.process), o.value) for o in ops
                   if o.type == OK and o.value and f"w{o.process}" not in self.dead]
-        self.check_distinct(ops)
         # 2b. or one dies holding its fresh lease, between its claim and its fulfill
         if plan and plan["phase"] == "between" and claims:
             slot, _claim = claims.pop(plan["victim"] % len(claims))
@@ -292,114 +304,97 @@ class Crash:
                              barrier=False)
         victim_fulfill = None
         for o in ops:
+            o.extra[CAMPAIGN_ROUND] = r
             if o.type == OK:
                 self.unfinished.discard(o.args["task_id"])
             elif o.type == INFO:
                 victim_fulfill = o
-            else:
-                self.violation("holder-guard", f"the holder's fulfill of task {o.args['task_id']} "
-                               f"was refused: {o.error} {o.message}", [o.index])
         if plan is not None:
-            self.recover(at, victim_fulfill)
+            self.recover(r, at, victim_fulfill)
+        self.judge()
 
-    def check_distinct(self, ops: list[Op]) -> None:
-        got = [o.value["task_id"] for o in ops if o.type == OK and o.value]
-        for tid, n in Counter(got).items():
-            if n > 1:
-                self.violation("single-winner", f"task {tid} was claimed by {n} pollers in one "
-                               "round", [o.index for o in ops if o.type == OK and o.value
-                                         and o.value["task_id"] == tid])
-
-    def read(self, task_ids: list[str], *, final: bool = False) -> dict[str, dict[str, Any]]:
-        """``get`` each task, W at a time on the live workers (``final``: the closing
-        read-back, marked for the audit)."""
-        views: dict[str, dict[str, Any]] = {}
+    def read(self, task_ids: list[str], mark: dict[str, Any]) -> dict[str, Op]:
+        """``get`` each task, W at a time on the live workers, each op marked with ``mark``
+        (its ``extra``); the gets that answered with a view, by task."""
+        reads: dict[str, Op] = {}
         size = self.pool.size
         for i in range(0, len(task_ids), size):
             chunk = task_ids[i:i + size]
             ops = self.run_round([PlannedCall(slot=s, op="get", args={"task_id": tid}, agent="auditor")
                                   for s, tid in enumerate(chunk)], barrier=False)
             for o in ops:
-                if final:
-                    o.extra[FINAL_READ] = True
+                o.extra.update(mark)
                 if o.type == OK and isinstance(o.value, dict):
-                    views[o.args["task_id"]] = o.value
-                else:
-                    self.violation("no-lost-task", f"get({o.args['task_id']}) failed: "
-                                   f"{o.error or o.note} {o.message or ''}", [o.index])
-        return views
+                    reads[o.args["task_id"]] = o
+        return reads
 
     # ------------------------------------------------------------------ after a kill
-    def recover(self, at: int, victim_fulfill: Op | None) -> None:
-        """Read back every unfinished task; rescue this round's orphans at their expiry."""
-        views = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index))
+    def recover(self, r: int, at: int, victim_fulfill: Op | None) -> None:
+        """Read back every unfinished task (round ``r``, store instant ``at``); rescue this
+        round's orphans at their expiry."""
+        reads = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index),
+                          {CAMPAIGN_ROUND: r})
         if victim_fulfill is not None:
-            v = views.get(victim_fulfill.args["task_id"], {})
-            if v.get("status") == "COMPLETED":
+            read = reads.get(victim_fulfill.args["task_id"])
+            status = read.value.get("status") if read is not None else None
+            if status == "COMPLETED":
                 self.t.fulfill_kills_committed += 1
-            elif v.get("status") == "CLAIMED":
+            elif status == "CLAIMED":
                 self.t.fulfill_kills_rolled_back += 1
         orphans = []
-        for tid, v in views.items():
-            status = v.get("status")
+        for tid, o in reads.items():
+            status = o.value.get("status")
             if status == "COMPLETED":
                 self.unfinished.discard(tid)
-            elif status == "CLAIMED":
-                if v.get("claimed_by") in self.dead:
-                    orphans.append((tid, v))
-                else:
-                    self.violation("no-lost-task", f"task {tid} is CLAIMED by live worker "
-                                   f"{v.get('claimed_by')!r}, which holds no claim on it")
-            elif status != "SUBMITTED":
-                self.violation("no-lost-task", f"task {tid} ended {status} "
-                               f"({v.get('error_reason')}) after a worker was killed")
+            elif status == "CLAIMED" and o.value.get("claimed_by") in self.dead:
+                o.extra[KILLED_HOLDER] = asdict(KilledHolder(granted_at=at,
+                                                             exec_ttl_ms=self.cfg.exec_ttl_ms))
+                orphans.append(tid)
         if orphans:
             self.rescue(orphans, at + self.cfg.exec_ttl_ms)
 
-    def rescue(self, orphans: list[tuple[str, dict[str, Any]]], expires: int) -> None:
+    def rescue(self, orphans: list[str], expires: int) -> None:
         """The dead holders' leases (all granted at this round's instant) end at
         ``expires``: nobody may claim an orphan a millisecond earlier, somebody must at
         that very millisecond. Two live rescuers race for each orphan at ``expires - 1``,
         then at ``expires``; an orphan nobody got is tried again later (counted late), and
-        if even ``expires + 100 * exec_ttl_ms`` does not free it, it is lost."""
+        if even ``expires + 100 * exec_ttl_ms`` does not free it, it is lost (each race is
+        marked ``extra[RESCUE]``; the Checker judges them)."""
         t, pool = self.t, self.pool
         ttl = self.cfg.exec_ttl_ms
-        for tid, v in orphans:
-            t.orphans += 1
-            if v.get("lease_expires_at") != expires:
-                self.violation("lease-half-open", f"task {tid} was claimed at {expires - ttl} "
-                               f"with exec_ttl_ms={ttl}, but its lease_expires_at is "
-                               f"{v.get('lease_expires_at')}, not {expires}")
+        t.orphans += len(orphans)
         use_claim = "claim" in pool.capabilities
+        races: dict[str, int] = {}
+        instants = (expires, expires + 1, expires + ttl, expires + 100 * ttl)
 
-        def race(tid: str) -> list[Op]:
+        def race(tid: str, *, last: bool = False) -> list[Op]:
             rescuers = self.rng.sample(range(pool.size), 2)
-            return self.run_round([PlannedCall(slot=s, op="claim" if use_claim else "poll_next",
-                                               args={"task_id": tid} if use_claim else {},
-                                               agent=self.agent(s)) for s in rescuers])
+            mark = asdict(Rescue(task=tid, expires=expires, race=races.get(tid, 0),
+                                 at=self.clock(), last=last))
+            races[tid] = mark["race"] + 1
+            ops = self.run_round([PlannedCall(slot=s, op="claim" if use_claim else "poll_next",
+                                              args={"task_id": tid} if use_claim else {},
+                                              agent=self.agent(s)) for s in rescuers])
+            for o in ops:
+                o.extra[RESCUE] = mark
+            return [o for o in ops if o.type == OK and o.value]
 
         if self.clock() <= expires - 1:
             self.clock.set(expires - 1)
-            for tid, _v in orphans:
-                won = [o for o in race(tid) if o.type == OK and o.value]
+            for tid in orphans:
+                won = race(tid)
                 if won:
                     t.claimed_before_expiry += 1
-                    self.violation("lease-half-open", f"task {tid} was reclaimed at "
-                                   f"t={expires - 1}, before its dead holder's lease ends at "
-                                   f"{expires}", [o.index for o in won])
                     for o in won:  # it is held now: finish it
                         self.finish(tid, o)
-        waiting = [tid for tid, _v in orphans]
-        for when in (expires, expires + 1, expires + ttl, expires + 100 * ttl):
+        waiting = list(orphans)
+        for i, when in enumerate(instants):
             if not waiting:
                 break
             self.clock.set(max(when, self.clock()))
             for tid in list(waiting):
-                won = [o for o in race(tid) if o.type == OK and o.value
-                       and o.value["task_id"] == tid]
-                if len(won) > 1:
-                    self.violation("single-winner", f"{len(won)} rescuers reclaimed task {tid} "
-                                   f"at t={self.clock()}", [o.index for o in won])
+                won = [o for o in race(tid, last=i == len(instants) - 1)
+                       if o.value["task_id"] == tid]
                 if not won:
                     continue
                 waiting.remove(tid)
@@ -408,28 +403,19 @@ class Crash:
                     t.reclaimed_at_expires += 1
                 else:
                     t.reclaimed_late += 1
-                    self.violation("lease-half-open", f"task {tid}: its dead holder's lease "
-                                   f"ended at {expires}, but it could only be reclaimed at "
-                                   f"{self.clock()}", [won[0].index])
                 self.finish(tid, won[0])
-        for tid in waiting:
-            t.never_reclaimed += 1
-            self.lost.add(tid)
-            self.violation("lease-half-open", f"task {tid}: its holder was killed and its lease "
-                           f"ended at {expires}, but no rescuer could claim it, even at "
-                           f"{self.clock()}: lost")
+        t.never_reclaimed += len(waiting)
+        self.lost.update(waiting)
 
     def finish(self, tid: str, claim: Op) -> None:
-        """The rescuer fulfills the task it reclaimed."""
+        """The rescuer fulfills the task it reclaimed (marked as its claim was)."""
         slot = self.pool.slot_of(claim.process)
         [done] = self.run_round([PlannedCall(slot=slot, op="fulfill", args={
             "task_id": tid, "token": claim.value["token"],
             "result": {"by": claim.agent, "rescued": True}}, agent=claim.agent)])
+        done.extra[RESCUE] = claim.extra[RESCUE]
         if done.type == OK:
             self.unfinished.discard(tid)
-        else:
-            self.violation("holder-guard", f"the rescuer's fulfill of task {tid} was refused: "
-                           f"{done.error or done.note} {done.message or ''}", [done.index])
 
     # ------------------------------------------------------------------ the end
     def drain(self) -> None:
@@ -438,12 +424,12 @@ class Crash:
         for _ in range(10 + len(self.unfinished)):
             if not self.unfinished - self.lost:
                 return
-            views = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index))
+            reads = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index), {})
             todo = []
-            for tid, v in views.items():
-                if v.get("status") == "COMPLETED":
+            for tid, o in reads.items():
+                if o.value.get("status") == "COMPLETED":
                     self.unfinished.discard(tid)
-                elif v.get("status") == "SUBMITTED":
+                elif o.value.get("status") == "SUBMITTED":
                     todo.append(tid)
             for i in range(0, len(todo), self.pool.size):
                 chunk = todo[i:i + self.pool.size]
@@ -469,7 +455,7 @@ class Crash:
                 extra={"integrity": text})
         self.history.append(op)
         self.t.integrity = text
-        self.audited([op])
+        self.judge()
         return text
 
     def audit(self) -> None:
@@ -477,21 +463,18 @@ class Crash:
         (judged by the crash's Checker: :mod:`harness.check.invariants.crash_audit`)."""
         t, pool = self.t, self.pool
         if "inspect" in pool.capabilities:
-            finals = self.run_round([PlannedCall(slot=0, op="inspect", args={}, agent="auditor")])
-            for o in finals:
+            for o in self.run_round([PlannedCall(slot=0, op="inspect", args={}, agent="auditor")]):
                 o.extra[FINAL_READ] = True
         else:
-            start = len(self.history)
-            self.read(self.tasks, final=True)
-            finals = [o for o in self.history.ops[start:] if o.extra.get(FINAL_READ)]
-        self.audited(finals)
+            self.read(self.tasks, {FINAL_READ: True})
+        self.judge()  # the drain's ops, then the final read-back
         t.completed = len(self.tasks) - t.tasks_lost
         self.integrity()
         if "checkpoint" in pool.capabilities:
             [op] = self.run_round([PlannedCall(slot=0, op="checkpoint", args={"mode": "TRUNCATE"}, agent="janitor")])
             t.wal_after_checkpoint = pool.wal_size()
             op.extra["wal_after"] = t.wal_after_checkpoint
-            self.audited([op])
+            self.judge()
 
     # ------------------------------------------------------------------ report
     def report(self) -> dict[str, Any]:

@@ -2,6 +2,6 @@
 
 Each module holds small :class:`harness.check.invariant.Invariant` classes: the fuzz
 checks (``faults``, ``liveness``, ``holders``, ``linearizable``, ``dag``, ``wal``,
-``typed``, ``lost``), the closing audit of a crash campaign (``crash_audit``) and a
-scenario's own expectations (``expectations``).
+``typed``, ``lost``), a crash campaign's in-round judgements (``crash_rounds``) and its
+closing audit (``crash_audit``), and a scenario's own expectations (``expectations``).
 """

@@ -8,7 +8,7 @@ and its closing ``checkpoint(TRUNCATE)`` with the measured ``-wal`` size in
 ``detail["tally"]``: the :class:`harness.tools.crash.Tally` field it adds ``detail.get("count", 1)`` to.
 
 No model here: the whole-history model misreads crash histories after rescues (the
-campaign's own driving checks name those rules).
+in-round checks of :mod:`harness.check.invariants.crash_rounds` name those rules).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.check.history import INFO, OK, Op
 from harness.check.invariant import Invariant, Violation, won_claims
+from harness.check.invariants.crash_rounds import round_invariants
 from harness.check.model import canonical
 from harness.check.runstate import RunState
 
@@ -57,7 +58,7 @@ class EveryTaskCompletedOnce:
                 if n > 1:
                     out.append(_lost(f"inspect() lists task {tid} {n} times", [op.index]))
             views = {v.get("task_id"): v for v in views_list}
-        else:  # a get per task; the campaign reports the gets that failed as it reads
+        else:  # a get per task (crash_rounds.ReadsAnswer reports the gets that failed)
             views = {o.args["task_id"]: o.value for o in finals
                      if o.op == "get" and o.type == OK and isinstance(o.value, dict)}
         tasks: list[Any] = []
@@ -146,5 +147,7 @@ class WalEmptied:
 
 
 def crash_invariants() -> list[Invariant]:
-    """The crash campaign's audit, in the order its findings are reported."""
-    return [EveryTaskCompletedOnce(), NoTokenTwice(), IntegrityOk(), WalEmptied()]
+    """Every check of a crash campaign, in the order its findings are reported: the
+    in-round judgements (:mod:`harness.check.invariants.crash_rounds`), then the audit."""
+    return [*round_invariants(), EveryTaskCompletedOnce(), NoTokenTwice(), IntegrityOk(),
+            WalEmptied()]

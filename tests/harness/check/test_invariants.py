@@ -4,6 +4,7 @@ and the checks the crash campaign and the scenarios report through."""
 from __future__ import annotations
 
 import ast
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,17 @@ from harness.check.checker import Checker, fuzz_invariants
 from harness.check.history import FAIL, INFO
 from harness.check.invariant import INVARIANTS, NEEDS
 from harness.check.invariants.crash_audit import FINAL_READ, crash_invariants
+from harness.check.invariants.crash_rounds import (
+    CAMPAIGN_ROUND,
+    KILLED_HOLDER,
+    RESCUE,
+    KilledHolder,
+    Rescue,
+)
 from harness.check.invariants.expectations import EXPECT, ScenarioExpectations
 from harness.check.ops import FEATURES, PROTOCOL, STRICT_CHOICES
 from harness.errors import HarnessError
-from tests.histories import TOKEN_A, TOKEN_B, Recorder
+from tests.histories import T0, TOKEN_A, TOKEN_B, Recorder
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -95,6 +103,166 @@ def test_the_crash_audit_reads_integrity_and_the_closing_checkpoint():
     assert [(v.invariant, v.message) for v in found] == [
         ("integrity", "PRAGMA integrity_check: *** page 3"),
         ("wal-bounded", "checkpoint(TRUNCATE) -> Busy, -wal left at 4096 bytes")]
+
+
+# --------------------------------------------------------------------------- crash rounds
+def _found(rec: Recorder) -> list[tuple[str, str, list[int]]]:
+    return [(v.invariant, v.message, v.ops) for v in _audit(rec)]
+
+
+def _in_round(o, r=0):
+    o.extra[CAMPAIGN_ROUND] = r
+    return o
+
+
+def test_a_refused_dispatch_of_a_round_is_a_lost_task():
+    rec = Recorder()
+    _in_round(rec.op("dispatch", "client", {}, value="t1"))
+    bad = _in_round(rec.op("dispatch", "client", {}, type=FAIL, error="Busy"))
+    bad.message = "database is locked"
+    assert _found(rec) == [("no-lost-task", "dispatch refused: Busy database is locked", [1])]
+    bad.type, bad.value, bad.error, bad.message = "ok", "t2", None, None
+    assert _found(rec) == []
+
+
+def _poll(rec: Recorder, agent: str, tid: str | None, token: str = TOKEN_A, r: int = 0):
+    value = None if tid is None else {"task_id": tid, "token": token,
+                                      "lease_expires_at": T0 + 50}
+    return _in_round(rec.op("poll_next", agent, {}, value=value, concurrent=True), r)
+
+
+def test_two_pollers_winning_one_task_in_a_round_break_single_winner():
+    rec = Recorder()
+    rec.dispatch("t1")
+    _poll(rec, "w0", "t1")
+    _poll(rec, "w1", None)
+    _poll(rec, "w2", "t1", TOKEN_B)
+    assert _found(rec) == [("single-winner", "task t1 was claimed by 2 pollers in one round",
+                            [1, 3])]
+    clean = Recorder()
+    clean.dispatch("t1")
+    _poll(clean, "w0", "t1")
+    _poll(clean, "w1", "t1", TOKEN_B, r=1)  # the next round: its holder released it
+    clean.op("poll_next", "w3", {}, value={"task_id": "t1", "token": TOKEN_B})  # a drain's
+    assert _found(clean) == []
+
+
+def test_a_refused_holder_fulfill_breaks_the_holder_guard_a_killed_one_does_not():
+    rec = Recorder()
+    rec.dispatch("t1")
+    bad = _in_round(rec.op("fulfill", "w0", {"task_id": "t1", "token": TOKEN_A},
+                           type=FAIL, error="InvalidToken"))
+    bad.message = "stale token"
+    _in_round(rec.op("fulfill", "w1", {"task_id": "t2", "token": TOKEN_B}, type=INFO))
+    assert _found(rec) == [("holder-guard", "the holder's fulfill of task t1 was refused: "
+                            "InvalidToken stale token", [1])]
+
+
+def test_a_get_that_does_not_answer_is_a_lost_task():
+    rec = Recorder()
+    rec.op("get", "auditor", {"task_id": "t1"}, value={"task_id": "t1", "status": "SUBMITTED"})
+    rec.op("get", "auditor", {"task_id": "t2"}, type=FAIL, error="NotFound")
+    rec.op("get", "auditor", {"task_id": "t3"}, type=INFO).note = "worker died"
+    assert _found(rec) == [("no-lost-task", "get(t2) failed: NotFound ", [1]),
+                           ("no-lost-task", "get(t3) failed: worker died ", [2])]
+
+
+def _read_back(rec: Recorder, tid: str, killed: bool = False, **view):
+    o = _in_round(rec.op("get", "auditor", {"task_id": tid}, value={"task_id": tid, **view}))
+    if killed:
+        o.extra[KILLED_HOLDER] = asdict(KilledHolder(granted_at=T0, exec_ttl_ms=50))
+    return o
+
+
+def test_after_a_kill_a_task_is_waiting_done_or_held_by_the_dead():
+    rec = Recorder()
+    _read_back(rec, "t1", status="SUBMITTED")
+    _read_back(rec, "t2", status="COMPLETED")
+    _read_back(rec, "t3", killed=True, status="CLAIMED", claimed_by="w3",
+               lease_expires_at=T0 + 50)
+    assert _found(rec) == []
+    _read_back(rec, "t4", status="CLAIMED", claimed_by="w1")
+    _read_back(rec, "t5", status="FAILED", error_reason="boom")
+    rec.op("get", "auditor", {"task_id": "t6"}, value={"status": "FAILED"})  # not a read-back
+    assert _found(rec) == [
+        ("no-lost-task", "task t4 is CLAIMED by live worker 'w1', which holds no claim on it", []),
+        ("no-lost-task", "task t5 ended FAILED (boom) after a worker was killed", [])]
+
+
+def test_a_dead_holders_lease_ends_at_granted_at_plus_exec_ttl():
+    rec = Recorder()
+    _read_back(rec, "t1", killed=True, status="CLAIMED", claimed_by="w3",
+               lease_expires_at=T0 + 51)
+    assert _found(rec) == [("lease-half-open", f"task t1 was claimed at {T0} with "
+                            f"exec_ttl_ms=50, but its lease_expires_at is {T0 + 51}, "
+                            f"not {T0 + 50}", [])]
+
+
+EXPIRES = T0 + 50
+
+
+def _race(rec: Recorder, race: int, at: int, winners: list[str | None], *,
+          last: bool = False, tid: str = "t1"):
+    mark = asdict(Rescue(task=tid, expires=EXPIRES, race=race, at=at, last=last))
+    ops = []
+    for n, won in enumerate(winners):
+        value = None if won is None else {"task_id": won, "token": f"tok-{race}-{n}"}
+        o = rec.op("claim", f"w{n}", {"task_id": tid}, now=at, value=value, concurrent=n > 0)
+        o.extra[RESCUE] = mark
+        ops.append(o)
+    return ops
+
+
+def test_a_rescue_won_at_exactly_expires_is_clean():
+    rec = Recorder()
+    _race(rec, 0, EXPIRES - 1, [None, None])
+    [won, _] = _race(rec, 1, EXPIRES, ["t1", None])
+    done = rec.op("fulfill", "w0", {"task_id": "t1", "token": won.value["token"]})
+    done.extra[RESCUE] = won.extra[RESCUE]
+    assert _found(rec) == []
+
+
+def test_a_rescue_before_expires_breaks_the_half_open_lease():
+    rec = Recorder()
+    _race(rec, 0, EXPIRES - 1, ["t1", None])
+    assert _found(rec) == [("lease-half-open", f"task t1 was reclaimed at t={EXPIRES - 1}, "
+                            f"before its dead holder's lease ends at {EXPIRES}", [0])]
+
+
+def test_two_rescuers_winning_one_race_break_single_winner():
+    rec = Recorder()
+    _race(rec, 0, EXPIRES, ["t1", "t1"])
+    _race(rec, 0, EXPIRES, ["t2", None], tid="t2")  # another orphan's race
+    assert _found(rec) == [("single-winner", f"2 rescuers reclaimed task t1 at t={EXPIRES}",
+                            [0, 1])]
+
+
+def test_a_rescue_only_won_after_expires_is_late():
+    rec = Recorder()
+    _race(rec, 0, EXPIRES, [None, None])
+    _race(rec, 1, EXPIRES + 1, [None, "t1"])
+    assert _found(rec) == [("lease-half-open", f"task t1: its dead holder's lease ended at "
+                            f"{EXPIRES}, but it could only be reclaimed at {EXPIRES + 1}", [3])]
+
+
+def test_an_orphan_no_rescuer_could_claim_is_lost():
+    rec = Recorder()
+    _race(rec, 0, EXPIRES, [None, "t9"])  # a poll that got another task does not count
+    _race(rec, 1, EXPIRES + 5000, [None, None], last=True)
+    assert _found(rec) == [("lease-half-open", f"task t1: its holder was killed and its lease "
+                            f"ended at {EXPIRES}, but no rescuer could claim it, even at "
+                            f"{EXPIRES + 5000}: lost", [])]
+
+
+def test_a_refused_rescuer_fulfill_breaks_the_holder_guard():
+    rec = Recorder()
+    [won, _] = _race(rec, 0, EXPIRES, ["t1", None])
+    done = rec.op("fulfill", "w0", {"task_id": "t1", "token": "tok-0-0"}, type=FAIL,
+                  error="InvalidToken")
+    done.extra[RESCUE] = won.extra[RESCUE]
+    rec.op("fulfill", "w1", {"task_id": "t2", "token": TOKEN_B}, type=FAIL)  # a drain's
+    assert _found(rec) == [("holder-guard", "the rescuer's fulfill of task t1 was refused: "
+                            "InvalidToken ", [2])]
 
 
 def test_a_failed_scenario_expectation_is_reported_by_the_checker():

@@ -1,0 +1,231 @@
+"""The in-round judgements of a crash campaign (:mod:`harness.tools.crash`), as invariants.
+
+Pure: each check reads the ops the campaign recorded, and the facts it marked on them as
+``extra`` (the campaign drives rounds, kills and rescues; these checks decide):
+
+- ``extra[CAMPAIGN_ROUND]`` (the campaign's round number, from 0; not ``Op.round``, which
+  numbers the pool's batches of calls): the round's dispatches, its claim (or poll) step,
+  its holders' fulfills, and the read-back of every unfinished task after a kill;
+- ``extra[KILLED_HOLDER]`` on a read-back ``get`` whose task is ``CLAIMED`` by a worker
+  the campaign killed: :class:`KilledHolder` (``granted_at``: the store instant of the round
+  in which the dead holder claimed it; ``exec_ttl_ms``: the lease length it dispatched);
+- ``extra[RESCUE]`` on the two rescuers' claims (or polls) racing for such an orphan, and on
+  the winner's fulfill: :class:`Rescue`, as a dict.
+
+No model here: the whole-history model misreads crash histories after rescues.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from harness.check.history import FAIL, OK, Op
+from harness.check.invariant import Invariant, Violation, won_claims
+from harness.check.runstate import RunState
+
+CAMPAIGN_ROUND = "campaign_round"  # extra key: the campaign round an op belongs to
+KILLED_HOLDER = "killed_holder"  # extra key: a read-back of a task a killed worker held
+RESCUE = "rescue"  # extra key: a rescuer's claim or fulfill of an orphan
+
+
+@dataclass(frozen=True, kw_only=True)
+class KilledHolder:
+    """What the campaign knows of a task whose holder it killed (``extra[KILLED_HOLDER]``)."""
+
+    granted_at: int  # store instant (ms) at which the dead holder's lease was granted
+    exec_ttl_ms: int  # the lease length the task was dispatched with (ms)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rescue:
+    """One race of two rescuers for an orphan (``extra[RESCUE]``)."""
+
+    task: str  # the orphan's task id
+    expires: int  # store instant (ms) at which its dead holder's lease must end
+    race: int  # this race's number among the orphan's races, from 0
+    at: int  # store instant (ms) of this race (``expires - 1`` first, then ``expires`` on)
+    last: bool  # the campaign's last race for this orphan: it gives up after this one
+
+
+def _round_ops(fresh: list[Op], op: str) -> list[Op]:
+    return [o for o in fresh if o.op == op and CAMPAIGN_ROUND in o.extra]
+
+
+class DispatchAccepted:
+    """Every dispatch of the campaign is accepted: a refused one is a task lost at birth."""
+
+    name = "crash-dispatch-accepted"
+    ids = ("no-lost-task",)
+    needs = ("dispatch",)
+    sees_invalid_args = True
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        return [Violation("no-lost-task", f"dispatch refused: {o.error} {o.message}", [o.index])
+                for o in _round_ops(fresh, "dispatch") if o.type != OK]
+
+
+class OnePollerPerTask:
+    """In a round's claim step, each task goes to one claimer at most."""
+
+    name = "crash-one-poller-per-task"
+    ids = ("single-winner",)
+    needs = ("dispatch", "claim|poll_next")
+    sees_invalid_args = True
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        rounds: dict[Any, list[Op]] = {}
+        for o in won_claims(fresh):
+            if CAMPAIGN_ROUND in o.extra:
+                rounds.setdefault(o.extra[CAMPAIGN_ROUND], []).append(o)
+        out = []
+        for won in rounds.values():
+            for tid, n in Counter(o.value["task_id"] for o in won).items():
+                if n > 1:
+                    out.append(Violation(
+                        "single-winner", f"task {tid} was claimed by {n} pollers in one round",
+                        [o.index for o in won if o.value["task_id"] == tid]))
+        return out
+
+
+class HolderFulfillAccepted:
+    """A live holder's fulfill of the task it just claimed is accepted (a killed one's is
+    indeterminate, never refused)."""
+
+    name = "crash-holder-fulfill-accepted"
+    ids = ("holder-guard",)
+    needs = ("dispatch", "claim|poll_next", "fulfill")
+    sees_invalid_args = True
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        return [Violation("holder-guard", f"the holder's fulfill of task {o.args['task_id']} "
+                          f"was refused: {o.error} {o.message}", [o.index])
+                for o in _round_ops(fresh, "fulfill") if o.type == FAIL]
+
+
+class ReadsAnswer:
+    """Every ``get`` of a task the campaign dispatched answers with the task's view."""
+
+    name = "crash-reads-answer"
+    ids = ("no-lost-task",)
+    needs = ("dispatch", "get")
+    sees_invalid_args = True
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        return [Violation("no-lost-task", f"get({o.args['task_id']}) failed: "
+                          f"{o.error or o.note} {o.message or ''}", [o.index])
+                for o in fresh if o.op == "get"
+                and not (o.type == OK and isinstance(o.value, dict))]
+
+
+class StatesAfterAKill:
+    """Read back after a kill, an unfinished task is ``SUBMITTED``, ``COMPLETED``, or
+    ``CLAIMED`` by the killed worker (its orphan); never held by a live worker that holds
+    no claim on it, never in another state."""
+
+    name = "crash-states-after-a-kill"
+    ids = ("no-lost-task",)
+    needs = ("dispatch", "get")
+    sees_invalid_args = True
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        out = []
+        for o in _round_ops(fresh, "get"):
+            if o.type != OK or not isinstance(o.value, dict):
+                continue  # ReadsAnswer reports it
+            v, tid = o.value, o.args["task_id"]
+            status = v.get("status")
+            if status == "CLAIMED" and KILLED_HOLDER not in o.extra:
+                out.append(Violation("no-lost-task", f"task {tid} is CLAIMED by live worker "
+                                     f"{v.get('claimed_by')!r}, which holds no claim on it"))
+            elif status not in ("CLAIMED", "COMPLETED", "SUBMITTED"):
+                out.append(Violation("no-lost-task", f"task {tid} ended {status} "
+                                     f"({v.get('error_reason')}) after a worker was killed"))
+        return out
+
+
+class OrphanLeaseExact:
+    """A killed holder's lease ends at exactly ``granted_at + exec_ttl_ms`` in the store's
+    own view of the task."""
+
+    name = "crash-orphan-lease-exact"
+    ids = ("lease-half-open",)
+    needs = ("dispatch", "claim|poll_next", "get", "lease")
+    sees_invalid_args = True
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        out = []
+        for o in fresh:
+            if o.op != "get" or KILLED_HOLDER not in o.extra:
+                continue
+            k = KilledHolder(**o.extra[KILLED_HOLDER])
+            expires = k.granted_at + k.exec_ttl_ms
+            got = o.value.get("lease_expires_at")
+            if got != expires:
+                out.append(Violation(
+                    "lease-half-open", f"task {o.args['task_id']} was claimed at "
+                    f"{k.granted_at} with exec_ttl_ms={k.exec_ttl_ms}, but its lease_expires_at "
+                    f"is {got}, not {expires}"))
+        return out
+
+
+class RescueAtExpiry:
+    """Rescuers racing for an orphan: nobody wins at ``expires - 1``; at ``expires`` exactly
+    one wins (two winners of one race break single-winner; a first win later than
+    ``expires``, or none even at the campaign's last race, is a lease that did not end)."""
+
+    name = "crash-rescue-at-expiry"
+    ids = ("lease-half-open", "single-winner")
+    needs = ("dispatch", "claim|poll_next", "fulfill", "lease")
+    sees_invalid_args = True
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        races: dict[tuple[Any, int, int], list[Op]] = {}
+        for o in fresh:
+            if o.op in ("claim", "poll_next") and RESCUE in o.extra:
+                r = o.extra[RESCUE]
+                races.setdefault((r["task"], r["expires"], r["race"]), []).append(o)
+        out = []
+        for group in races.values():
+            r = Rescue(**group[0].extra[RESCUE])
+            if r.at < r.expires:
+                won = won_claims(group)
+                if won:
+                    out.append(Violation(
+                        "lease-half-open", f"task {r.task} was reclaimed at t={r.at}, before "
+                        f"its dead holder's lease ends at {r.expires}", [o.index for o in won]))
+                continue
+            won = [o for o in won_claims(group) if o.value["task_id"] == r.task]
+            if len(won) > 1:
+                out.append(Violation("single-winner", f"{len(won)} rescuers reclaimed task "
+                                     f"{r.task} at t={r.at}", [o.index for o in won]))
+            if won and r.at != r.expires:
+                out.append(Violation(
+                    "lease-half-open", f"task {r.task}: its dead holder's lease ended at "
+                    f"{r.expires}, but it could only be reclaimed at {r.at}", [won[0].index]))
+            elif not won and r.last:
+                out.append(Violation(
+                    "lease-half-open", f"task {r.task}: its holder was killed and its lease "
+                    f"ended at {r.expires}, but no rescuer could claim it, even at {r.at}: lost"))
+        return out
+
+
+class RescuerFulfillAccepted:
+    """The rescuer that reclaimed an orphan fulfills it."""
+
+    name = "crash-rescuer-fulfill-accepted"
+    ids = ("holder-guard",)
+    needs = ("dispatch", "claim|poll_next", "fulfill")
+    sees_invalid_args = True
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        return [Violation("holder-guard", f"the rescuer's fulfill of task {o.args['task_id']} "
+                          f"was refused: {o.error or o.note} {o.message or ''}", [o.index])
+                for o in fresh if o.op == "fulfill" and RESCUE in o.extra and o.type != OK]
+
+
+def round_invariants() -> list[Invariant]:
+    """The campaign's in-round checks, in the order a round meets them."""
+    return [DispatchAccepted(), OnePollerPerTask(), HolderFulfillAccepted(), ReadsAnswer(),
+            StatesAfterAKill(), OrphanLeaseExact(), RescueAtExpiry(), RescuerFulfillAccepted()]
