@@ -59,6 +59,6 @@ def cmd_crash(args: argparse.Namespace) -> int:
     if args.report_dir:
         d = write_report(rep, crash.history, args.report_dir)
         print(f"  report: {d}/crash.json  history: {d}/history.jsonl")
-        if rep["violations"]:
+        if rep.violations:
             print(f"  replay: ferry-harness replay {d}")
-    return ExitCode.VIOLATION if rep["verdict"] == "fail" else ExitCode.OK
+    return ExitCode.VIOLATION if rep.verdict == "fail" else ExitCode.OK

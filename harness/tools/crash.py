@@ -50,7 +50,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,13 @@ from harness.check.invariants.crash_rounds import (
     Rescue,
 )
 from harness.errors import ExitCode, HarnessError, TargetError
+from harness.report.schema import (
+    Provenance,
+    Report,
+    ViolationReport,
+    report_from_json,
+    report_to_json,
+)
 from harness.run.nemesis import TimedKill, draw_delay_ns, holds_wal_write_lock, stop
 from harness.runtime.client import PlannedCall, WorkerPool
 from harness.runtime.clock import SharedClock
@@ -216,7 +223,7 @@ class Crash:
         return TimedKill(self.pool, slot, delay_ns / 1e9)
 
     # ------------------------------------------------------------------ the campaign
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Report:
         cfg = self.cfg
         load_factory(cfg.target)
         self.pool = WorkerPool(cfg.target, self.clock, cfg.workers)
@@ -477,20 +484,23 @@ class Crash:
             self.judge()
 
     # ------------------------------------------------------------------ report
-    def report(self) -> dict[str, Any]:
-        return {"verdict": "fail" if self.violations else "pass", "target": self.cfg.target,
-                "config": asdict(self.cfg), "summary": asdict(self.t),
-                "violations": [v.to_dict() for v in self.violations]}
+    def report(self) -> Report:
+        """The campaign as a ``kind="crash"`` report (the one schema every run writes)."""
+        return Report(kind="crash", verdict="fail" if self.violations else "pass",
+                      ferry=Provenance(**provenance()), target=self.cfg.target,
+                      config=asdict(self.cfg), summary=asdict(self.t),
+                      violations=tuple(ViolationReport(invariant=v.invariant, message=v.message,
+                                                       ops=tuple(v.ops), detail=v.detail)
+                                       for v in self.violations))
 
 
-def summary_lines(rep: dict[str, Any], report_dir: str | os.PathLike[str] | None = None
-                  ) -> list[str]:
+def summary_lines(rep: Report, report_dir: str | os.PathLike[str] | None = None) -> list[str]:
     """The printed summary; names crash.json only when ``report_dir`` holds one."""
-    s, cfg = rep["summary"], rep["config"]
+    s, cfg = rep.summary or {}, rep.config or {}
     kp = s["kills_by_phase"]
     lines = [
-        f"ferry crash: {rep['verdict'].upper()} — {s['rounds']} rounds, {s['lifecycles']} "
-        f"lifecycles on {cfg['workers']} workers against {rep['target']} in {s['seconds']:.1f}s",
+        f"ferry crash: {rep.verdict.upper()} — {s['rounds']} rounds, {s['lifecycles']} "
+        f"lifecycles on {cfg['workers']} workers against {rep.target} in {s['seconds']:.1f}s",
         f"  kills: {s['kills']} (claim {kp.get('claim', 0)}, fulfill {kp.get('fulfill', 0)}, "
         f"holding a lease between ops {kp.get('between', 0)}); mid-operation {s['kills_mid_op']}, "
         f"inside a write transaction {s['kills_in_write_tx']}, just after the reply "
@@ -506,10 +516,10 @@ def summary_lines(rep: dict[str, Any], report_dir: str | os.PathLike[str] | None
         f"{s['wal_after_checkpoint']} bytes   duplicate tokens: {s['duplicate_tokens']}   "
         f"workers replaced: {s['workers_replaced']}",
     ]
-    for v in rep["violations"][:10]:
-        lines.append(f"  [{v['invariant']}] {v['message']}")
-    if len(rep["violations"]) > 10:
-        more = len(rep["violations"]) - 10
+    for v in rep.violations[:10]:
+        lines.append(f"  [{v.invariant}] {v.message}")
+    if len(rep.violations) > 10:
+        more = len(rep.violations) - 10
         lines.append(f"  … and {more} more (see {Path(report_dir) / 'crash.json'})" if report_dir
                      else f"  … and {more} more (rerun with --report-dir DIR to keep them all "
                      "in DIR/crash.json)")
@@ -522,17 +532,17 @@ def crash_command(cfg: dict[str, Any]) -> str:
             f"--workers {cfg['workers']} --seed {cfg['seed']} --kill-rate {cfg['kill_rate']}")
 
 
-def write_report(rep: dict[str, Any], history: History, report_dir: str) -> Path:
+def write_report(rep: Report, history: History, report_dir: str) -> Path:
+    """crash.json (the report schema, ``kind="crash"``), crash.md and history.jsonl."""
     d = Path(report_dir)
     d.mkdir(parents=True, exist_ok=True)
-    rep = {"ferry": provenance(), **rep, "replay": f"ferry-harness replay {d}",
-           "command": crash_command(rep["config"])}
-    (d / "crash.json").write_text(json.dumps(rep, indent=2, default=str) + "\n")
+    command = crash_command(dict(rep.config or {}))
+    rep = replace(rep, replay=f"ferry-harness replay {d}", command=command)
+    (d / "crash.json").write_text(json.dumps(report_to_json(rep), indent=2, default=str) + "\n")
     history.write_jsonl(d / "history.jsonl")
     (d / "crash.md").write_text("# ferry crash campaign\n\n```\n"
                                 + "\n".join(summary_lines(rep, d))
-                                + f"\n```\n\nReplay: `{rep['replay']}` (reruns `"
-                                + rep["command"] + "`)\n")
+                                + f"\n```\n\nReplay: `{rep.replay}` (reruns `{command}`)\n")
     return d
 
 
@@ -542,12 +552,12 @@ def replay_crash(report_dir: str | os.PathLike[str], target: str | None, tries: 
     one did, 0 if none did (or the report records no violation)."""
     path = Path(report_dir) / "crash.json"
     try:
-        rep = json.loads(path.read_text())
-        cfg = CrashConfig(**{k: v for k, v in rep["config"].items()
+        rep = report_from_json(json.loads(path.read_text()))
+        cfg = CrashConfig(**{k: v for k, v in (rep.config or {}).items()
                              if k in CrashConfig.__dataclass_fields__})
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise TargetError(f"cannot read {path}: {exc}") from None
-    wanted = {v["invariant"] for v in rep.get("violations", [])}
+    wanted = {v.invariant for v in rep.violations}
     if not wanted:
         print(f"ferry: {path} records no violation; nothing to replay")
         return ExitCode.OK
@@ -558,7 +568,7 @@ def replay_crash(report_dir: str | os.PathLike[str], target: str | None, tries: 
           "replay is a rerun: the kills land where the scheduler puts them", flush=True)
     for n in range(1, tries + 1):
         again = Crash(cfg).run()
-        seen = {v["invariant"] for v in again["violations"]} & wanted
+        seen = {v.invariant for v in again.violations} & wanted
         if seen:
             print(f"ferry: replayed crash campaign against {cfg.target}: "
                   f"[{', '.join(sorted(seen))}] reproduced on run {n} of at most {tries}")

@@ -11,6 +11,7 @@ import pytest
 
 from harness.cli import scenario as scenario_cli
 from harness.cli.main import main
+from harness.report.schema import Report, report_from_json
 from harness.tools.crash import summary_lines
 from tests.procs import children_of
 
@@ -36,8 +37,8 @@ def test_scenarios_exit_code_separates_violation_from_could_not_run():
     assert scenario_cli.exit_code([r("error"), r("fail")]) == 1
 
 
-def _crash_report(n: int) -> dict:
-    return {"verdict": "fail", "target": "t:f",
+def _crash_report(n: int) -> Report:
+    return report_from_json({"kind": "crash", "verdict": "fail", "target": "t:f",
             "config": {"workers": 2, "rounds": 1, "seed": 0, "kill_rate": 0.5, "target": "t:f"},
             "summary": {k: 0 for k in (
                 "rounds", "lifecycles", "seconds", "kills", "kills_mid_op", "kills_in_write_tx",
@@ -48,7 +49,7 @@ def _crash_report(n: int) -> dict:
                 "wal_after_checkpoint", "duplicate_tokens", "workers_replaced")}
             | {"kills_by_phase": {}},
             "violations": [{"invariant": "no-lost-task", "message": f"lost {i}"}
-                           for i in range(n)]}
+                           for i in range(n)]})
 
 
 def test_crash_summary_names_crash_json_only_when_it_is_written(tmp_path):

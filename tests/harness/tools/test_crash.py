@@ -36,10 +36,10 @@ def test_crash_finds_the_stranded_task(tmp_path):
     """pinned_lease: a holder killed between its two transactions strands its task."""
     rep = Crash(CrashConfig(target="tests.broken_stores:pinned_lease", workers=3, rounds=80,
                             seed=1, kill_rate=0.6)).run()
-    s = rep["summary"]
-    assert rep["verdict"] == "fail"
+    s = rep.summary
+    assert rep.verdict == "fail"
     assert s["tasks_lost"] > 0 and s["never_reclaimed"] == s["tasks_lost"]
-    assert {v["invariant"] for v in rep["violations"]} == {"lease-half-open", "no-lost-task"}
+    assert {v.invariant for v in rep.violations} == {"lease-half-open", "no-lost-task"}
     assert s["integrity"] == "ok"  # nothing wrong with the file itself
 
 
