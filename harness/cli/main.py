@@ -49,7 +49,7 @@ def _size(text: str) -> int:
 
 
 def _faults(text: str) -> tuple[str, ...]:
-    # lazy: `--help` and usage errors answer without loading the engine
+    # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
     from harness.run.nemesis import FAULTS
 
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
@@ -163,14 +163,14 @@ def _progress_printer(quiet: bool):
 
 def _example_db(option: str | None, report_dir: str) -> Any:
     """The example database a ``--example-db`` spec names (harness/run/example_db.py)."""
-    # lazy: `--help` and usage errors answer without loading the engine
+    # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
     from harness.run.example_db import ENV_VAR, open_example_db
 
     return open_example_db(option or os.environ.get(ENV_VAR), os.path.join(report_dir, "examples"))
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    # lazy: `--help` and usage errors answer without loading the engine
+    # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
     from harness.run.campaign import Campaign, CampaignConfig, write_report
 
     load_factory(args.target)
@@ -249,7 +249,7 @@ def _first_ctrl_c_stops(campaign: Any) -> Any:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    # lazy: `--help` and usage errors answer without loading the engine
+    # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
     from harness.check.checker import Violation
     from harness.check.history import History
     from harness.run.campaign import CampaignConfig, Failure, Runner, replay_count
@@ -257,7 +257,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     path = Path(args.report_dir) / "report.json"
     if not path.exists() and (Path(args.report_dir) / "crash.json").exists():
-        # lazy: `--help` and usage errors answer without loading the engine
+        # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
         from harness.tools.crash import (
             replay_crash,  # a crash campaign: rerun it (see harness/tools/crash.py)
         )
@@ -307,7 +307,7 @@ def _subcommands(sub: Any) -> dict[str, Any]:
 
 def _replay_scenario(report: dict[str, Any], target: str, tries: int) -> int:
     """A scenario report replays by running the scenario again, ``tries`` times."""
-    # lazy: `--help` and usage errors answer without loading the engine
+    # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
     from harness.cli.scenario import run_scenarios
     from scenarios import SCENARIOS
 
