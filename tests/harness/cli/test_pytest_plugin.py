@@ -17,8 +17,9 @@ pytest_plugins = ["pytester"]
 
 USER_TEST = """
 def test_one_winner(ferry_race, ferry_workers, ferry_history, ferry_check):
-    from harness.runtime.client import PlannedCall
-    [d] = ferry_workers.run([PlannedCall(0, "dispatch", {"target_agent": None}, "client")], ferry_history)
+    from harness import PlannedCall
+    [d] = ferry_workers.run([PlannedCall(slot=0, op="dispatch", args={"target_agent": None},
+                                         agent="client")], ferry_history)
     ops = ferry_race("claim", {"task_id": d.value}, agents=["a", "b", "c"])
     assert sum(1 for o in ops if o.value) == 1
     ferry_check(ferry_history)
