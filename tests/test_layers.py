@@ -239,3 +239,46 @@ def test_each_rule_fires_on_a_tree_that_breaks_it(tmp_path: Path) -> None:
     assert _private_attributes(tmp_path) == ["harness.cli.main:3 uses harness.check.model._secret"]
     assert _silent_lazy(edges) == ["harness.check.model:2 imports harness.cli.main inside a "
                                    "function without a reason"]
+
+
+#: standard modules that reach outside the process (files, processes, sockets, SQLite)
+IO_MODULES = frozenset({"os", "sys", "io", "pathlib", "shutil", "tempfile", "subprocess",
+                        "signal", "socket", "sqlite3", "threading", "multiprocessing",
+                        "multiprocess", "select", "ctypes", "time"})
+
+
+def _impure(root: Path = ROOT) -> list[str]:
+    """What in ``harness.check`` touches the world: an I/O module, ``open()``, ferry_core."""
+    found = []
+    for name, path in _modules(root).items():
+        if _layer(name) != "harness.check":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                    else [])
+            for m in mods:
+                if m.split(".")[0] in IO_MODULES | {"ferry_core"}:
+                    found.append(f"{name}:{node.lineno} imports {m}")
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open":
+                found.append(f"{name}:{node.lineno} calls open()")
+    return found
+
+
+def test_the_check_layer_is_pure() -> None:
+    """Judging a history needs no file, process or clock: the same checker runs in fuzz,
+    scenarios, crash and on a recorded history."""
+    assert not _impure(), "\n".join(_impure())
+
+
+def test_purity_fires_on_io(tmp_path: Path) -> None:
+    (tmp_path / "harness" / "check").mkdir(parents=True)
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "harness" / "__init__.py").write_text("")
+    (tmp_path / "harness" / "check" / "__init__.py").write_text("")
+    (tmp_path / "harness" / "check" / "m.py").write_text(
+        "import os\nfrom ferry_core import errors\n\ndef f():\n    return open('x')\n")
+    assert _impure(tmp_path) == ["harness.check.m:1 imports os",
+                                 "harness.check.m:2 imports ferry_core",
+                                 "harness.check.m:5 calls open()"]

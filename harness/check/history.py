@@ -12,7 +12,6 @@ import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 OK, FAIL, INFO = "ok", "fail", "info"
@@ -117,12 +116,15 @@ class History:
     def next_index(self) -> int:
         return len(self.ops)
 
-    def write_jsonl(self, path: str | Path) -> None:
-        with open(path, "w", encoding="utf-8") as fh:
-            for op in self.ops:
-                fh.write(json.dumps(op.to_dict(), default=str) + "\n")
+    def to_jsonl(self) -> str:
+        """The history as JSON lines, one op per line (what ``history.jsonl`` holds).
+
+        >>> History.from_jsonl(History().to_jsonl()).ops
+        []
+        """
+        return "".join(json.dumps(op.to_dict(), default=str) + "\n" for op in self.ops)
 
     @classmethod
-    def read_jsonl(cls, path: str | Path) -> History:
-        with open(path, encoding="utf-8") as fh:
-            return cls(Op.from_dict(json.loads(line)) for line in fh if line.strip())
+    def from_jsonl(cls, text: str) -> History:
+        """Read :meth:`to_jsonl`'s text back (blank lines are skipped)."""
+        return cls(Op.from_dict(json.loads(line)) for line in text.splitlines() if line.strip())

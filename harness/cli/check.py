@@ -81,7 +81,7 @@ def write_check_report(report: Report, history: History, report_dir: Path) -> Pa
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "report.json").write_text(
         json.dumps(report_to_json(report), indent=2, default=str) + "\n")
-    history.write_jsonl(report_dir / "history.jsonl")
+    (report_dir / "history.jsonl").write_text(history.to_jsonl(), encoding="utf-8")
     (report_dir / "report.md").write_text(render_markdown(report))
     if len(history) <= TIMELINE_MAX_OPS:
         (report_dir / "timeline.html").write_text(render_timeline(list(history), report=report))
@@ -116,7 +116,7 @@ def register(sub: Any) -> dict[str, Any]:
 def cmd_check(args: argparse.Namespace) -> int:
     path = Path(args.history)
     try:
-        history = History.read_jsonl(path)
+        history = History.from_jsonl(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, TypeError) as exc:
         print(f"ferry: cannot read the history {path}: {exc}", file=sys.stderr)
         return ExitCode.ERROR

@@ -358,7 +358,7 @@ def ferry_check() -> Callable[..., list[Any]]:
 
     def check(history: Any, *, strict: bool = True, capabilities: Any = None) -> list[Any]:
         if isinstance(history, (str, Path)):
-            history = History.read_jsonl(history)
+            history = History.from_jsonl(Path(history).read_text(encoding="utf-8"))
         found, unknown = judge_history(history, capabilities)
         if strict and (found or unknown):
             raise AssertionError("ferry: " + "; ".join([str(v) for v in found] + list(unknown)))

@@ -291,7 +291,7 @@ def rerender(report_dir: str | Path) -> Path:
     """Write ``timeline.html`` again from a report directory's report.json and history.jsonl."""
     d = Path(report_dir)
     report = report_from_json(json.loads((d / "report.json").read_text(encoding="utf-8")))
-    hist = History.read_jsonl(d / "history.jsonl") if (d / "history.jsonl").exists() else History()
+    hist = History.from_jsonl((d / "history.jsonl").read_text(encoding="utf-8")) if (d / "history.jsonl").exists() else History()
     out = d / "timeline.html"
     out.write_text(render_timeline(list(hist), report=report), encoding="utf-8")
     return out

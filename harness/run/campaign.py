@@ -777,7 +777,7 @@ def write_report(outcome: Outcome, *, argv_replay: str | None = None) -> Path:
     report = replace(outcome.report, replay=argv_replay or f"ferry-harness replay {d}")
     history = outcome.history
     (d / "report.json").write_text(json.dumps(report_to_json(report), indent=2, default=str) + "\n")
-    history.write_jsonl(d / "history.jsonl")
+    (d / "history.jsonl").write_text(history.to_jsonl(), encoding="utf-8")
     (d / "report.md").write_text(render_markdown(report))
     (d / "timeline.html").write_text(render_timeline(list(history), report=report))
     return d

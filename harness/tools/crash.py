@@ -539,7 +539,7 @@ def write_report(rep: Report, history: History, report_dir: str) -> Path:
     command = crash_command(dict(rep.config or {}))
     rep = replace(rep, replay=f"ferry-harness replay {d}", command=command)
     (d / "crash.json").write_text(json.dumps(report_to_json(rep), indent=2, default=str) + "\n")
-    history.write_jsonl(d / "history.jsonl")
+    (d / "history.jsonl").write_text(history.to_jsonl(), encoding="utf-8")
     (d / "crash.md").write_text("# ferry crash campaign\n\n```\n"
                                 + "\n".join(summary_lines(rep, d))
                                 + f"\n```\n\nReplay: `{rep.replay}` (reruns `{command}`)\n")

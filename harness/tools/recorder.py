@@ -10,7 +10,7 @@ Calls from several threads on their own wrapped stores interleave correctly::
     rec = Recorder()
     store = rec.wrap(LeaseStore(path, clock=clock), agent="worker-1", clock=clock)
     ...                                  # the test runs as usual
-    rec.history.write_jsonl("history.jsonl")
+    rec.write("history.jsonl")
     assert not rec.check()                # or: ferry-harness check history.jsonl
 
 A refusal (a ``ferry_core.errors`` class) is re-raised to the caller after recording, so
@@ -60,7 +60,7 @@ class Recorder:
 
     def write(self, path: str | Path) -> Path:
         """Write the history as JSON lines (the input of ``ferry-harness check``)."""
-        self.history.write_jsonl(path)
+        Path(path).write_text(self.history.to_jsonl(), encoding="utf-8")
         return Path(path)
 
 

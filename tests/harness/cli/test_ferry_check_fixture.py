@@ -17,7 +17,7 @@ def _two_winners() -> Recorder:
 
 def test_a_recorded_file_is_checked_like_a_history(tmp_path, ferry_check):
     path = tmp_path / "history.jsonl"
-    _two_winners().history.write_jsonl(path)
+    path.write_text(_two_winners().history.to_jsonl())
     found = ferry_check(path, strict=False)
     assert found and found[0].invariant == "single-winner"
     with pytest.raises(AssertionError, match="single-winner"):
