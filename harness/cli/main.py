@@ -191,12 +191,12 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         stop()
     d = write_report(outcome)
     rep = outcome.report
-    st = rep.stats
+    stats = rep.stats
     if rep.example_database and rep.example_database.failure_from_database:
         print("ferry: a failure saved by an earlier run still fails (replayed from the example "
               "database first)")
-    print(f"ferry: {rep.verdict.upper()} — {st.examples} examples, {st.race_rounds} race "
-          f"rounds, {st.ops} operations in {st.seconds:.1f}s against {cfg.target}")
+    print(f"ferry: {rep.verdict.upper()} — {stats.examples} examples, {stats.race_rounds} race "
+          f"rounds, {stats.ops} operations in {stats.seconds:.1f}s against {cfg.target}")
     for v in rep.violations:
         print(f"  [{v.invariant}] {v.message} (see PROTOCOL.md#{v.invariant})")
         sched = f", schedule {v.schedule}" if v.schedule else ""

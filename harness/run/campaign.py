@@ -541,12 +541,12 @@ def evaluations(ex: Executor) -> dict[str, int]:
 def with_evaluations(status: dict[str, str], evaluated: dict[str, int]) -> dict[str, str]:
     """``checked`` becomes ``checked (N evaluations)`` or ``not exercised (why)``."""
     out = {}
-    for inv, st in status.items():
-        if st == "checked":
+    for inv, said in status.items():
+        if said == "checked":
             n = evaluated.get(inv, 0)
-            st = (f"checked ({n} evaluations)" if n
-                  else f"not exercised ({NEVER.get(inv, 'nothing to judge')} in this run)")
-        out[inv] = st
+            said = (f"checked ({n} evaluations)" if n
+                    else f"not exercised ({NEVER.get(inv, 'nothing to judge')} in this run)")
+        out[inv] = said
     return out
 
 
