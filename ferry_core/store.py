@@ -31,7 +31,7 @@ CHECKPOINT_MODES = ("PASSIVE", "FULL", "RESTART", "TRUNCATE")
 STRATEGIES = ("cas", "immediate")
 WAL_LIMIT_BYTES = 8 << 20  # reset the WAL past this; the stated bound is 8x (64 MiB)
 WAL_CHECK_EVERY = 32  # committed writes between two looks at the -wal size
-WAL_RESTART_WAIT_MS = 20  # how long a RESTART checkpoint may wait for readers to finish
+WAL_RESTART_WAIT_MS = 20  # how long the TRUNCATE checkpoint may wait for readers to finish
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _VIEW_COLUMNS = """
@@ -70,9 +70,13 @@ def _name(kind: str, value: Any) -> str:
     return value
 
 
+# One encoder for every write: json.dumps with arguments builds a new encoder per call.
+_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def _to_json(kind: str, value: Any) -> str:
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+        return _JSON.encode(value)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidArgument(f"{kind} must be JSON-serialisable: {exc}") from None
 
@@ -154,6 +158,8 @@ class LeaseStore:
         self.wal_limit_bytes = _positive_int("wal_limit_bytes", wal_limit_bytes)
         self._writes = 0
         self._claim_attempts = self._claim_misses = self._claim_empty = 0  # see claim_stats
+        self._claimed_last = False  # this instance's last poll claimed: see poll_next
+        self._own_checkpoints = False  # automatic checkpoint off, see _bound_wal
         if isinstance(busy_policy, str) and busy_policy not in POLICIES:
             raise errors.InvalidArgument(  # before the file is created or touched
                 f"busy_policy must be one of {sorted(POLICIES)}, got {busy_policy!r}")
@@ -296,19 +302,34 @@ class LeaseStore:
     def _bound_wal(self) -> None:
         """Reset the WAL once it passes ``wal_limit_bytes``.
 
-        SQLite's automatic checkpoint is PASSIVE: with several processes reading all the
-        time some reader always pins the WAL, it is never reset, and the file grows with
-        every commit (measured: 550 MiB for 20,000 lifecycles on 8 workers). A RESTART
-        checkpoint waits (briefly, through the busy handler) for those readers, so the next
-        writer starts the WAL from the beginning, and journal_size_limit cuts the file.
+        SQLite's automatic checkpoint is PASSIVE: with several processes writing all the
+        time some reader always pins the WAL, it is never reset, the file grows with every
+        commit (measured: 550 MiB for 20,000 lifecycles on 8 workers), and every commit
+        past 1,000 frames runs another passive checkpoint (copy, two fsyncs), which also
+        keeps the checkpoint lock taken, so a reset rarely gets it: even the RESTART
+        checkpoint this method used to run let the WAL reach 68 MiB with 16 workers.
+
+        So the first time the WAL passes ``wal_limit_bytes`` (the automatic checkpoint is
+        evidently not keeping up), this connection turns its automatic checkpoint off and
+        from then on checkpoints itself: a TRUNCATE once the file passes half the limit.
+        TRUNCATE waits (briefly, through the busy handler) for readers, restarts the WAL
+        and cuts the file to zero bytes at once, so the file size stays a true measure of
+        the WAL and the next process to look does not checkpoint again. One process alone
+        never gets there (the automatic checkpoint resets its WAL at ~4 MiB) and keeps
+        SQLite's cheaper passive checkpoints.
         """
         try:
-            if os.path.getsize(self.path + "-wal") <= self.wal_limit_bytes:
+            size = os.path.getsize(self.path + "-wal")
+            if size <= (self.wal_limit_bytes // 2 if self._own_checkpoints
+                        else self.wal_limit_bytes):
                 return
+            if not self._own_checkpoints:
+                self._conn.execute("PRAGMA wal_autocheckpoint=0")
+                self._own_checkpoints = True
             before = self._conn.execute("PRAGMA busy_timeout").fetchall()[0][0]
             self._conn.execute(f"PRAGMA busy_timeout={WAL_RESTART_WAIT_MS}")  # readers are short
             try:
-                self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             finally:
                 self._conn.execute(f"PRAGMA busy_timeout={before}")
         except (OSError, sqlite3.Error):
@@ -503,13 +524,18 @@ class LeaseStore:
     # Built from the fragments above by _compose_sql (so a subclass that changes a fragment
     # changes every statement that uses it): the claim-next UPDATE and the poll's read.
     _CLAIM_NEXT: str | None = None
+    _CLAIM_NEXT_UNLESS_DUE: str | None = None
     _POLL_CHECK: str = ""
     _FAST_HOLDER: bool = True
 
     @classmethod
     def _compose_sql(cls) -> None:
-        """Derive ``_CLAIM_NEXT`` and ``_POLL_CHECK`` from ``_CLAIM_SET``, ``_PICK_*`` and
-        ``_DUE_SQL``.
+        """Derive ``_CLAIM_NEXT``, ``_CLAIM_NEXT_UNLESS_DUE`` and ``_POLL_CHECK`` from
+        ``_CLAIM_SET``, ``_PICK_*`` and ``_DUE_SQL``.
+
+        ``_CLAIM_NEXT_UNLESS_DUE`` is ``_CLAIM_NEXT`` that also changes nothing while an
+        expiry is due (``_DUE_SQL`` in its WHERE clause): the busy poll's one statement
+        (see ``poll_next``); None for a subclass with its own ``_poll_check``.
 
         ``_CLAIM_NEXT`` is ``_CLAIM_SET`` with ``task_id=:task_id`` replaced by the rowid of
         the oldest ready task (both pick queries as one scalar subquery). A subclass that
@@ -530,6 +556,10 @@ class LeaseStore:
         due = cls._DUE_SQL.removeprefix("SELECT ")
         cls._POLL_CHECK = (f"SELECT ({due}), (EXISTS({cls._PICK_ANY})"
                            f" OR EXISTS({cls._PICK_MINE}))")
+        cls._CLAIM_NEXT_UNLESS_DUE = None
+        if sql is not None and cls._poll_check is LeaseStore._poll_check:
+            unless_due = f" AND NOT ({due.replace('?', ':now')}) RETURNING "
+            cls._CLAIM_NEXT_UNLESS_DUE = sql.replace(ret, unless_due, 1)
         cls._FAST_HOLDER = cls._guard is LeaseStore._guard
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -555,8 +585,11 @@ class LeaseStore:
         claimed_at, expires, attempt = rows[0]
         return Claim(task_id, agent_id, token, claimed_at, expires, attempt)
 
-    def _claim_next(self, conn: sqlite3.Connection, agent_id: str, now: int) -> Claim | None:
-        """Pick and take the oldest ready task in ONE statement (``_CLAIM_NEXT``).
+    def _claim_next(self, conn: sqlite3.Connection, agent_id: str, now: int,
+                    sql: str) -> Claim | None:
+        """Pick and take the oldest ready task in ONE statement (``sql``: ``_CLAIM_NEXT``,
+        or ``_CLAIM_NEXT_UNLESS_DUE``, whose empty result is not counted in ``claim_stats``:
+        the poll then goes on to the two phases, which count as before).
 
         An autocommit UPDATE takes the write lock before it reads anything, so the pick in
         its subquery sees the latest commit and nobody can take that task in between: this
@@ -564,12 +597,13 @@ class LeaseStore:
         token still enters ``claim_tokens`` first (the BEFORE UPDATE trigger).
         """
         token = str(uuid.uuid4())
-        rows = conn.execute(self._CLAIM_NEXT, {"agent": agent_id, "token": token, "now": now}
-                            ).fetchall()
-        self._claim_attempts += 1
+        rows = conn.execute(sql, {"agent": agent_id, "token": token, "now": now}).fetchall()
         if not rows:
-            self._claim_empty += 1
+            if sql is not self._CLAIM_NEXT_UNLESS_DUE:
+                self._claim_attempts += 1
+                self._claim_empty += 1
             return None
+        self._claim_attempts += 1
         if not conn.in_transaction:
             self._wrote()
         task_id, claimed_at, expires, attempt = rows[0]
@@ -591,33 +625,63 @@ class LeaseStore:
 
         Two phases: one read says whether anything is due or ready (an idle poll ends there:
         no write lock, nothing appended); then the sweep, if due, and the claim.
+
+        A busy worker skips the read: when this instance's previous poll claimed a task, the
+        poll starts with ``_CLAIM_NEXT_UNLESS_DUE``, the claim that changes nothing while an
+        expiry is due. If it claims, the poll was that one statement (the read would have
+        said "nothing due, something ready"); if not, the two phases follow as above. Such a
+        poll may take the write lock once without claiming, but never appends to the WAL:
+        an UPDATE that changes no row writes no page.
         """
-        _name("agent_id", agent_id)
+        if not isinstance(agent_id, str) or not agent_id:
+            _name("agent_id", agent_id)
         now = self._now()
         try:
-            if self.claim_strategy == "immediate":
-                return self._poll_immediate(agent_id, now)
-            due, ready = self._poll_check(agent_id, now)
-            if due:
-                with self._tx() as conn:
-                    self._apply_due(conn, now)
-            elif not ready:
-                return None  # idle
-            if self._CLAIM_NEXT is not None:
-                with self._writing():
-                    return self._busy.run(lambda: self._claim_next(self._conn, agent_id, now))
-            for _ in range(10_000):  # a subclass with its own _cas_claim: pick, then CAS
-                task_id = self._pick(self._conn, agent_id, now)
-                if task_id is None:
-                    return None
-                with self._writing():
-                    claim = self._busy.run(
-                        lambda t=task_id: self._cas_claim(self._conn, t, agent_id, now))
+            if self._claimed_last and self._CLAIM_NEXT_UNLESS_DUE is not None:
+                claim = self._claim_write(agent_id, now, self._CLAIM_NEXT_UNLESS_DUE)
                 if claim is not None:
                     return claim
-            raise errors.StoreError("poll_next lost 10000 CAS races in a row; is the clock stuck?")
+            claim = self._poll_two_phase(agent_id, now)
+            self._claimed_last = claim is not None
+            return claim
         except sqlite3.Error as exc:
+            self._claimed_last = False
             raise self._store_error(exc) from None
+        except BaseException:
+            self._claimed_last = False
+            raise
+
+    def _claim_write(self, agent_id: str, now: int, sql: str) -> Claim | None:
+        """One claiming statement (``_claim_next``), its own transaction, or in the
+        caller's (immediate strategy): under the busy policy and the ``writing`` hook."""
+        if self.claim_strategy == "immediate":
+            with self._tx() as conn:
+                self._apply_due(conn, now)
+                return self._claim_next(conn, agent_id, now, sql)
+        with self._writing():
+            return self._busy.run(lambda: self._claim_next(self._conn, agent_id, now, sql))
+
+    def _poll_two_phase(self, agent_id: str, now: int) -> Claim | None:
+        if self.claim_strategy == "immediate":
+            return self._poll_immediate(agent_id, now)
+        due, ready = self._poll_check(agent_id, now)
+        if due:
+            with self._tx() as conn:
+                self._apply_due(conn, now)
+        elif not ready:
+            return None  # idle
+        if self._CLAIM_NEXT is not None:
+            return self._claim_write(agent_id, now, self._CLAIM_NEXT)
+        for _ in range(10_000):  # a subclass with its own _cas_claim: pick, then CAS
+            task_id = self._pick(self._conn, agent_id, now)
+            if task_id is None:
+                return None
+            with self._writing():
+                claim = self._busy.run(
+                    lambda t=task_id: self._cas_claim(self._conn, t, agent_id, now))
+            if claim is not None:
+                return claim
+        raise errors.StoreError("poll_next lost 10000 CAS races in a row; is the clock stuck?")
 
     def _poll_immediate(self, agent_id: str, now: int) -> Claim | None:
         due, ready = self._poll_check(agent_id, now)
@@ -626,7 +690,7 @@ class LeaseStore:
         with self._tx() as conn:
             self._apply_due(conn, now)
             if self._CLAIM_NEXT is not None:
-                return self._claim_next(conn, agent_id, now)
+                return self._claim_next(conn, agent_id, now, self._CLAIM_NEXT)
             task_id = self._pick(conn, agent_id, now)
             return None if task_id is None else self._cas_claim(conn, task_id, agent_id, now)
 

@@ -33,7 +33,8 @@ def test_bench_claim_fulfill(benchmark, store, clock):
 
 
 def test_bench_claim_path(benchmark, store, clock):
-    """poll_next alone (the claim path: one read, one UPDATE); fulfils are untimed."""
+    """poll_next alone (the claim path: one UPDATE once a poll has claimed, one read
+    before it otherwise); fulfils are untimed."""
     benchmark.group = "claim path"
     held = []
 

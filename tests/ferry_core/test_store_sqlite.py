@@ -84,6 +84,39 @@ def test_wal_stays_bounded_under_steady_traffic(store, wal_size):
     assert max(sizes[2:]) <= max(sizes[:2]) * 1.5 + 65_536, sizes
 
 
+def test_wal_is_truncated_once_the_auto_checkpoint_falls_behind(store_factory, db_path):
+    """A reader pins the WAL (as other processes do all the time under contention): once
+    the file passes wal_limit_bytes the store turns SQLite's automatic checkpoint off and
+    truncates the WAL itself whenever it passes half the limit."""
+    limit = 2 << 20
+    store = store_factory(wal_limit_bytes=limit)
+
+    def lifecycles(n: int) -> None:
+        for i in range(n):
+            tid = store.dispatch(None, payload={"i": i, "pad": "p" * 100})
+            c = store.poll_next("A")
+            store.fulfill(tid, "A", c.token, i)
+
+    lifecycles(2)  # far below the limit: SQLite's automatic checkpoint stays on
+    assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(1000,)]
+    reader = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM tasks").fetchall()  # pins a snapshot
+        lifecycles(100)
+        assert os.path.getsize(db_path + "-wal") > limit
+    finally:
+        reader.execute("ROLLBACK")
+        reader.close()
+    assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(0,)]
+    sizes = []
+    for _ in range(10):
+        lifecycles(20)
+        sizes.append(os.path.getsize(db_path + "-wal"))
+    # checked every WAL_CHECK_EVERY (32) commits: half the limit plus ~0.5 MiB of growth
+    assert min(sizes) < limit // 2 and max(sizes) <= limit, sizes
+
+
 # ----------------------------------------------------------------- idle-no-write
 def _not_ready_world(store, clock):
     """Tasks, but none ready for agent A and nothing due: an idle world."""

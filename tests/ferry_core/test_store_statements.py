@@ -149,3 +149,57 @@ def test_subclasses_that_replace_a_hook_keep_the_path_that_calls_it():
     assert LeaseStore._CLAIM_NEXT and LeaseStore._FAST_HOLDER
     assert OwnCas._CLAIM_NEXT is None and OwnCas._FAST_HOLDER
     assert OwnGuard._CLAIM_NEXT and not OwnGuard._FAST_HOLDER
+
+
+@pytest.mark.parametrize("strategy", ["cas", "immediate"])
+def test_a_poll_after_a_claim_skips_the_read(store_factory, strategy):
+    """A busy worker's next poll starts with the claim itself: for cas one UPDATE (the
+    claim that changes nothing while an expiry is due), no read before it."""
+    store = store_factory(claim_strategy=strategy)
+    first, second = store.dispatch(None), store.dispatch(None)
+    assert store.poll_next("A").task_id == first
+    out: list[Claim] = []
+    stmts = _traced(store, lambda: out.append(store.poll_next("A")))
+    assert out[0].task_id == second
+    want = ["UPDATE"] if strategy == "cas" else ["BEGIN", "SELECT", "UPDATE", "COMMIT"]
+    assert _kinds(stmts) == want, stmts
+    if strategy == "cas":
+        assert "AND NOT (EXISTS(" in stmts[0]  # refuses while an expiry is due
+
+
+@pytest.mark.parametrize("strategy", ["cas", "immediate"])
+def test_a_poll_after_a_claim_still_sweeps_first(store_factory, clock, strategy):
+    """The skipped read must not skip the sweep: a lease that ended is applied by the
+    poll (token retired as expired, task requeued) even though another task is ready."""
+    store = store_factory(claim_strategy=strategy)
+    old = store.dispatch(None, exec_ttl_ms=100, max_attempts=2)
+    clock.advance(1)
+    assert store.poll_next("A").task_id == old
+    clock.advance(50)
+    ready = store.dispatch(None)  # dispatch sweeps too: nothing is due yet
+    clock.advance(100)  # old's lease ended at claimed_at + 100
+    c = store.poll_next("A")
+    assert c is not None and c.task_id == ready
+    view = store.get(old)
+    assert view.status == "SUBMITTED" and view.queued_at == 1_000_101
+    assert store._conn.execute(
+        "SELECT retired_why FROM claim_tokens WHERE task_id=?", (old,)).fetchall() == [("expiry",)]
+
+
+@pytest.mark.parametrize("strategy", ["cas", "immediate"])
+def test_an_idle_poll_after_a_claim_appends_nothing(store_factory, db_path, strategy):
+    """The claim-first poll that finds nothing ready takes the write lock but writes no
+    page: the -wal file (size and header) is unchanged, and the next idle poll only reads."""
+    store = store_factory(claim_strategy=strategy)
+    store.dispatch(None)
+    assert store.poll_next("A") is not None
+
+    def mark() -> tuple[int, bytes]:
+        with open(db_path + "-wal", "rb") as fh:
+            return os.path.getsize(db_path + "-wal"), fh.read(32)
+
+    before = mark()
+    assert store.poll_next("A") is None
+    assert mark() == before
+    assert _kinds(_traced(store, lambda: store.poll_next("A"))) == ["SELECT"]
+    assert mark() == before
