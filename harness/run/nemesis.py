@@ -38,7 +38,7 @@ After a kill or a pause: ``inspect()`` (each task listed once, accepted results 
 ``PRAGMA integrity_check`` in the pool's reader process (never a worker that loaded the
 target), and a ``TRUNCATE`` checkpoint that must leave the ``-wal`` empty. The checker
 turns the annotations these steps leave on ops (``probe``, ``zombie``, ``integrity``)
-into violations (:meth:`harness.check.checker.Checker._faults`).
+into violations (:class:`harness.check.invariants.faults.FaultProbes`).
 
 The executor's ``stats.faults`` counts faults by kind, and by where they landed (``kill:mid-op``,
 ``kill:in-write-tx``, ``kill:after-op``, ``pause:mid-op``, ``pause:after-op``,
