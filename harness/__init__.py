@@ -6,9 +6,9 @@ on first use (PEP 562), so ``import harness`` stays cheap in worker processes an
 pytest session the plugin joins.
 
 >>> from harness import Campaign, CampaignConfig
->>> report = Campaign(CampaignConfig(target="ferry_core:LeaseStore", budget_s=5)).run()  # doctest: +SKIP
->>> report["verdict"]  # doctest: +SKIP
-'pass'
+>>> outcome = Campaign(CampaignConfig(target="ferry_core:LeaseStore", budget_s=5)).run()  # doctest: +SKIP
+>>> outcome.report.verdict, outcome.report.violations  # doctest: +SKIP
+('pass', ())
 
 Layers, lowest first (each imports only its own layer or lower ones; tests/test_layers.py):
 ``errors`` → ``check`` (pure) → ``runtime``, ``adapters`` → ``report`` → ``run`` →
