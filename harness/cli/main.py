@@ -1,6 +1,7 @@
 """``ferry-harness``: fuzz a leasing store, replay a failure, and more.
 
-Exit codes: 0 no violation, 1 violation found (or reproduced), 2 usage or harness error.
+Exit codes: :class:`harness.errors.ExitCode` (0 no violation, 1 violation found or
+reproduced, 2 usage or harness error, 3 nothing decided, 130 interrupted).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from harness.cli import bench, check, crash, new_target, scenario
 from harness.cli.args import positive_int
 from harness.errors import EXIT_CODES_HELP, ExitCode, FerryError, TargetError
 from harness.report.paths import check_report_dir
+from harness.run.nemesis import FAULTS
 from harness.runtime.target import add_import_root, add_target_option, load_factory
 
 
@@ -49,9 +51,6 @@ def _size(text: str) -> int:
 
 
 def _faults(text: str) -> tuple[str, ...]:
-    # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
-    from harness.run.nemesis import FAULTS
-
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     bad = [k for k in kinds if k not in FAULTS]
     if bad:
