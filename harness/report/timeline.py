@@ -28,6 +28,7 @@ from typing import Any
 
 from harness.check.checker import INVARIANTS
 from harness.check.history import FAIL, INFO, OK, History, Op
+from harness.errors import ExitCode
 from harness.report.schema import Report, report_from_json
 from harness.report.story import Partition, Story, build_story, culprit_sentence, outcome_text
 
@@ -302,10 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     dirs = sys.argv[1:] if argv is None else argv
     if not dirs:
         print("usage: python -m harness.report.timeline REPORT_DIR...", file=sys.stderr)
-        return 2
+        return ExitCode.ERROR
     for d in dirs:
         print(rerender(d))
-    return 0
+    return ExitCode.OK
 
 
 _LEGEND = (
