@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["fraction", "positive_int"]
+__all__ = ["fraction", "positive_int", "positive_seconds", "size"]
 
 
 def positive_int(text: str) -> int:
@@ -28,3 +28,30 @@ def fraction(text: str) -> float:
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {value}")
     return value
+
+
+def positive_seconds(text: str) -> float:
+    """Seconds > 0. ``positive_seconds("2.5") == 2.5``; ``"0"`` raises ArgumentTypeError."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {value}")
+    return value
+
+
+def size(text: str) -> int:
+    """``64MiB``, ``8MB``, ``500000`` -> bytes (binary units either way)."""
+    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
+             "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+    t = text.strip().upper()
+    num = t.rstrip("KMGIB")
+    unit = t[len(num):]
+    try:
+        value = float(num) * units[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 64MiB or 500000)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a size must be positive, got {text!r}")
+    return int(value)

@@ -22,18 +22,14 @@ from typing import Any
 from harness.check.checker import full_capabilities, invariant_status, judge_history, refusals
 from harness.check.history import History
 from harness.errors import ExitCode
-from harness.report.markdown import render_markdown
+from harness.report.paths import write_report_dir
 from harness.report.schema import (
     CheckStats,
     Provenance,
     Report,
-    ViolationReport,
-    report_to_json,
+    violation_entry,
 )
-from harness.report.timeline import render_timeline
 from harness.runtime.provenance import provenance
-
-TIMELINE_MAX_OPS = 20_000  # a bigger timeline is too heavy for a browser: skipped
 
 
 def _capabilities_for(path: Path, option: str | None) -> tuple[set[str], str]:
@@ -56,13 +52,7 @@ def _capabilities_for(path: Path, option: str | None) -> tuple[set[str], str]:
 def build_report(history: History, path: Path, caps: set[str], caps_from: str,
                  violations: list[Any], unknown: list[str], seconds: float) -> Report:
     """The report as ``fuzz`` writes it, for an offline check."""
-    by_index = {o.index: o for o in history.ops}
-    entries = []
-    for v in violations:
-        involved = set(v.ops) | set(v.detail.get("partition_ops", []))
-        entries.append(ViolationReport(
-            invariant=v.invariant, message=v.message, ops=tuple(v.ops), detail=v.detail,
-            history=tuple(by_index[i] for i in sorted(involved) if i in by_index)))
+    entries = [violation_entry(v, history) for v in violations]
     ops = len(history.ops)
     return Report(
         kind="check", verdict="fail" if violations else ("unknown" if unknown else "pass"),
@@ -73,19 +63,6 @@ def build_report(history: History, path: Path, caps: set[str], caps_from: str,
                          ops_per_s=round(ops / seconds, 1) if seconds else None,
                          refusals=refusals(history)),
         unknown=tuple(unknown), findings=(), replay=f"ferry-harness check {path}")
-
-
-def write_check_report(report: Report, history: History, report_dir: Path) -> Path:
-    """report.json, history.jsonl, report.md and (for histories a browser can hold)
-    timeline.html, like ``harness.run.campaign.write_report``."""
-    report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / "report.json").write_text(
-        json.dumps(report_to_json(report), indent=2, default=str) + "\n")
-    (report_dir / "history.jsonl").write_text(history.to_jsonl(), encoding="utf-8")
-    (report_dir / "report.md").write_text(render_markdown(report))
-    if len(history) <= TIMELINE_MAX_OPS:
-        (report_dir / "timeline.html").write_text(render_timeline(list(history), report=report))
-    return report_dir
 
 
 def register(sub: Any) -> dict[str, Any]:
@@ -132,7 +109,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     report = build_report(history, path, caps, caps_from, violations, unknown, seconds)
     if args.report_dir:
         try:
-            write_check_report(report, history, Path(args.report_dir))
+            write_report_dir(Path(args.report_dir), report, history)
         except OSError as exc:
             print(f"ferry: cannot write the report directory {args.report_dir!r}: "
                   f"{exc.strerror or exc}", file=sys.stderr)

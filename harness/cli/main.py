@@ -17,37 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli import bench, check, crash, new_target, scenario
-from harness.cli.args import positive_int
+from harness.cli.args import positive_int, positive_seconds, size
 from harness.errors import EXIT_CODES_HELP, ExitCode, FerryError, TargetError
 from harness.report.paths import check_report_dir
 from harness.run.nemesis import FAULTS
 from harness.runtime.target import add_import_root, add_target_option, load_factory
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {value}")
-    return value
-
-
-def _size(text: str) -> int:
-    """``64MiB``, ``8MB``, ``500000`` -> bytes (binary units either way)."""
-    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
-             "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
-    t = text.strip().upper()
-    num = t.rstrip("KMGIB")
-    unit = t[len(num):]
-    try:
-        value = float(num) * units[unit]
-    except (ValueError, KeyError):
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 64MiB or 500000)") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"a size must be positive, got {text!r}")
-    return int(value)
 
 
 def _faults(text: str) -> tuple[str, ...]:
@@ -77,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--workers", type=positive_int, default=4, metavar="N",
                       help="worker processes racing on the database (default 4, at least 2)")
     group = fuzz.add_mutually_exclusive_group()
-    group.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS",
+    group.add_argument("--budget", type=positive_seconds, default=None, metavar="SECONDS",
                        help="search for this long (default 30 s); the whole run — search, "
                        "shrink, replays, report — ends within budget × 1.1 + 10 s")
     group.add_argument("--max-examples", type=positive_int, default=None, metavar="N",
@@ -100,10 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
                       "redis://HOST:PORT/N (shared between machines; needs the redis "
                       "package) | github:OWNER/REPO[/ARTIFACT] (read-only). Default: "
                       "$FERRY_EXAMPLE_DB, else DIR/examples under the report directory")
-    fuzz.add_argument("--wal-bound", type=_size, default=64 << 20, metavar="SIZE",
+    fuzz.add_argument("--wal-bound", type=size, default=64 << 20, metavar="SIZE",
                       help="the -wal may never grow past this (wal-bounded), e.g. 64MiB, "
                       "8MiB, 500000 (bytes; default 64MiB)")
-    fuzz.add_argument("--op-timeout", type=_positive_float, default=None, metavar="SECONDS",
+    fuzz.add_argument("--op-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                       help="an operation still running after this long is killed and reported "
                       "as a liveness finding (default: 20 × the slowest operation seen, "
                       "between 3 and 10 s)")

@@ -32,7 +32,7 @@ from harness.report.schema import (
     Report,
     ScenarioInfo,
     ScenarioStats,
-    ViolationReport,
+    violation_entry,
 )
 from harness.runtime.client import WorkerPool
 from harness.runtime.clock import SharedClock
@@ -171,14 +171,8 @@ def _one_line(text: str) -> str:
 def write_scenario_report(scenario: Any, result: Any, *, target: str, workers: int,
                           directory: Path) -> Path:
     """A failing scenario as a report directory, written by :func:`campaign.write_report`."""
-    ops = {o.index: o for o in result.history}
-    violations = []
-    for v in result.violations:
-        involved = set(v.ops) | set(v.detail.get("partition_ops", []))
-        violations.append(ViolationReport(
-            invariant=v.invariant, message=v.message, ops=tuple(v.ops), detail=v.detail,
-            steps=(),  # a scenario is a script, not generator steps: see Report.script
-            history=tuple(ops[i] for i in sorted(involved) if i in ops)))
+    # a scenario is a script, not generator steps (steps=()): see Report.script
+    violations = [violation_entry(v, result.history, steps=()) for v in result.violations]
     report = Report(
         kind="scenario",
         verdict="fail",

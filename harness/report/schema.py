@@ -12,14 +12,14 @@ at its default).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.check.history import Op
+from harness.check.invariant import Violation
 
 REPORT_KINDS = ("fuzz", "scenario", "check", "crash")
-VERDICTS = ("pass", "fail", "unknown")
 
 
 # --------------------------------------------------------------------------- sections
@@ -212,6 +212,27 @@ class Report:
     script: tuple[str, ...] | None = None  # scenario: what its script did, line by line
     replay: str | None = None  # the command that replays the run
     command: str | None = None  # crash: the command line that runs the campaign again
+
+
+def involved_ops(v: Violation) -> set[int]:
+    """The history indices that show a violation: its own ops and the partition the
+    search judged (a report keeps exactly these history lines)."""
+    return set(v.ops) | set(v.detail.get("partition_ops", []))
+
+
+def violation_entry(v: Violation, history: Iterable[Op] | None, **more: Any) -> ViolationReport:
+    """``v`` as a report stores it, with the history lines that show it (``None``: none
+    recorded) and any further fields (``steps``, ``reproduced``, …) in ``more``.
+
+    >>> violation_entry(Violation("single-winner", "two winners"), None).invariant
+    'single-winner'
+    """
+    if history is not None:
+        shown = involved_ops(v)
+        by_index = {o.index: o for o in history}
+        more["history"] = tuple(by_index[i] for i in sorted(shown) if i in by_index)
+    return ViolationReport(invariant=v.invariant, message=v.message, ops=tuple(v.ops),
+                           detail=v.detail, **more)
 
 
 # --------------------------------------------------------------------------- to JSON

@@ -27,7 +27,7 @@ from harness.check.checker import Checker, Violation, invariant_status
 from harness.check.history import FAIL, OK, History
 from harness.check.model import ModelConfig
 from harness.errors import UsageError
-from harness.report.markdown import render_markdown
+from harness.report.paths import write_report_dir
 from harness.report.schema import (
     Budget,
     Coverage,
@@ -40,9 +40,9 @@ from harness.report.schema import (
     Stall,
     TraceStatement,
     ViolationReport,
-    report_to_json,
+    involved_ops,
+    violation_entry,
 )
-from harness.report.timeline import render_timeline
 from harness.run.executor import Executor, Stats, StepTrace
 from harness.run.generator import ViolationFound, machine_for
 from harness.run.nemesis import Nemesis
@@ -553,16 +553,14 @@ def with_evaluations(status: dict[str, str], evaluated: dict[str, int]) -> dict[
 def violation_report(v: Violation, failure: Failure,
                      reproduced: tuple[int, int] | None) -> ViolationReport:
     """A violation as the report stores it: the minimal steps and the ops involved."""
-    involved = set(v.ops) | set(v.detail.get("partition_ops", []))
     recorded = recorded_schedules(failure.steps)
     schedules = [compact(r) for r in recorded if r]
-    return ViolationReport(
-        invariant=v.invariant, message=v.message, ops=tuple(v.ops), detail=v.detail,
-        steps=tuple(public_steps(failure.steps)),
-        history=tuple(o for o in failure.history if o.index in involved),
+    return violation_entry(
+        v, failure.history, steps=tuple(public_steps(failure.steps)),
         schedule=" | ".join(schedules) if schedules else None,
         schedule_steps=sum(len(r) for r in recorded) if schedules else None,
-        schedule_trace=schedule_trace(failure.history, involved) if schedules else None,
+        schedule_trace=(schedule_trace(failure.history, involved_ops(v)) if schedules
+                        else None),
         reproduced=f"{reproduced[0]}/{reproduced[1]}" if reproduced is not None else None,
         replays_stopped_at_budget=(reproduced[1] < REPLAY_TRIES
                                    if reproduced is not None else None))
@@ -773,11 +771,5 @@ def replay_count(runner: Runner, failure: Failure, tries: int) -> tuple[tuple[in
 def write_report(outcome: Outcome, *, argv_replay: str | None = None) -> Path:
     """report.json, history.jsonl, report.md and timeline.html in the report directory."""
     d = outcome.report_dir
-    d.mkdir(parents=True, exist_ok=True)
     report = replace(outcome.report, replay=argv_replay or f"ferry-harness replay {d}")
-    history = outcome.history
-    (d / "report.json").write_text(json.dumps(report_to_json(report), indent=2, default=str) + "\n")
-    (d / "history.jsonl").write_text(history.to_jsonl(), encoding="utf-8")
-    (d / "report.md").write_text(render_markdown(report))
-    (d / "timeline.html").write_text(render_timeline(list(history), report=report))
-    return d
+    return write_report_dir(d, report, outcome.history)

@@ -68,9 +68,9 @@ from harness.errors import ExitCode, HarnessError, TargetError
 from harness.report.schema import (
     Provenance,
     Report,
-    ViolationReport,
     report_from_json,
     report_to_json,
+    violation_entry,
 )
 from harness.run.nemesis import TimedKill, draw_delay_ns, holds_wal_write_lock, stop
 from harness.runtime.client import PlannedCall, WorkerPool
@@ -489,9 +489,7 @@ class Crash:
         return Report(kind="crash", verdict="fail" if self.violations else "pass",
                       ferry=Provenance(**provenance()), target=self.cfg.target,
                       config=asdict(self.cfg), summary=asdict(self.t),
-                      violations=tuple(ViolationReport(invariant=v.invariant, message=v.message,
-                                                       ops=tuple(v.ops), detail=v.detail)
-                                       for v in self.violations))
+                      violations=tuple(violation_entry(v, None) for v in self.violations))
 
 
 def summary_lines(rep: Report, report_dir: str | os.PathLike[str] | None = None) -> list[str]:
