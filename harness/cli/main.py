@@ -21,7 +21,7 @@ from harness.cli.args import positive_int, positive_seconds, size
 from harness.errors import EXIT_CODES_HELP, ExitCode, FerryError, TargetError
 from harness.report.paths import check_report_dir
 from harness.report.schema import said_reproduced
-from harness.report.story import exit_reason, headline
+from harness.report.story import database_note, exit_reason, headline
 from harness.run.nemesis import FAULTS
 from harness.runtime.target import add_import_root, add_target_option, load_factory
 
@@ -167,9 +167,9 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     d = write_report(outcome)
     rep = outcome.report
     stats = rep.stats
-    if rep.example_database and rep.example_database.failure_from_database:
-        print("ferry: a failure saved by an earlier run still fails (replayed from the example "
-              "database first)")
+    note = database_note(rep)  # what the example database replayed, and what it showed
+    if note:
+        print(f"ferry: {note}")
     # every distinct invariant found, safety first (PROTOCOL.md#several-findings)
     print(f"ferry: {headline(rep)} — {stats.examples} examples, {stats.race_rounds} race "
           f"rounds, {stats.ops} operations in {stats.seconds:.1f}s against {cfg.target}")

@@ -259,7 +259,6 @@ class Campaign:
         self.evaluated: dict[str, int] = {}  # invariant -> times a check of it judged an op
         self.search_end: float | None = None  # time.monotonic() when generating stops
         self.hard_end: float | None = None  # ... and when every run must have ended
-        self.passes_seen: list[int] = []
         self.judged = 0  # examples judged so far (passed or failed)
         self._example_started = 0.0
         self.example_times: list[float] = []
@@ -316,8 +315,6 @@ class Campaign:
     def record_pass(self, ex: Executor) -> None:
         self.judged += 1
         self.passes = (self.passes + [ex.history])[-20:]
-        if not self.failures:
-            self.passes_seen.append(ex.example)
         self._tally(ex)
         self._example_done()
 
@@ -348,7 +345,7 @@ class Campaign:
                     self._save(f.failure, f.invariant)
         unreliable = [f for f in self.findings if self.cfg.mode == "stress"
                       and f.reproduced is not None and f.reproduced[0] < RELIABLE_HITS]
-        if unreliable and not self.stopping:
+        if unreliable and not self.stopping and not self._nearly_out_of_time():
             self.phase = "finding a schedule"
             self.progress(self.snapshot())
             with Runner(replace(self.cfg, mode="schedule")) as sched:
@@ -356,8 +353,16 @@ class Campaign:
                     f.schedule = self._find_schedule(f.failure, invariant=f.invariant,
                                                      until=self._share_end(len(unreliable) - i),
                                                      runner=sched)
+        elif unreliable and not self.stopping:  # no time to start a schedule-mode pool
+            for f in unreliable:
+                f.schedule = ScheduleSearch(found=False, tried=0, why="stopped at budget")
         seconds = time.perf_counter() - self.t0
         return self._outcome(self.findings, seconds)
+
+    def _nearly_out_of_time(self) -> bool:
+        """Less left before the hard end than starting another worker pool takes."""
+        return (self.hard_end is not None
+                and self.hard_end - time.monotonic() < max(1.0, 2 * self.runner.pool_start_s))
 
     def _share_end(self, parts: int) -> float | None:
         """When the next of ``parts`` equal shares of the time left before the hard end
@@ -372,10 +377,12 @@ class Campaign:
         execution that showed it. ``linearizable`` beside a specific invariant is that
         invariant seen by the generic search, not a finding of its own."""
         names: list[str] = []
-        for f in self.failures:
+        smallest_first = sorted(self.failures, key=lambda f: len(f.steps))  # stable
+        for f in smallest_first:  # within a kind: the checker's order, smallest run first
             shown = {v.invariant for v in f.violations}
-            names += [n for n in sorted(shown, key=rank)
-                      if n not in names and not (n in GENERIC and len(shown) > 1)]
+            names += [v.invariant for v in f.violations if v.invariant not in names
+                      and not (v.invariant in GENERIC and len(shown) > 1)]
+        names = list(dict.fromkeys(names))
         names.sort(key=rank)
         return [(n, min((f for f in self.failures if any(v.invariant == n for v in f.violations)),
                         key=lambda f: len(f.steps))) for n in names]
