@@ -48,9 +48,9 @@ def render_markdown(report: Report) -> str:
         verdict = headline(report)  # the verdict and every invariant found, safety first
     out: list[str] = [f"# ferry {_text(what)}: {_text(verdict)}", ""]
     if report.interrupted:
-        out += ["_Interrupted (Ctrl-C or SIGTERM): the report covers what ran before it_"
+        out += ["_Interrupted (Ctrl-C or SIGTERM): the report covers what ran before it"
                 + (" — nothing was decided, so this is not a pass._" if not report.violations
-                   else "; the violations below were found before it._"), ""]
+                   else "; the violations below were found before it and stand._"), ""]
     out += story_markdown(report)
     note = database_note(report)
     if note:

@@ -289,7 +289,8 @@ def database_note(report: Report) -> str | None:
     db = report.example_database
     if db is None or not db.failure_from_database:
         return None
-    parts = ([f"{db.saved_steps} steps"] if db.saved_steps else []) + \
+    steps = db.saved_steps
+    parts = ([f"{steps} step{'s' if steps != 1 else ''}"] if steps else []) + \
         ([f"saved as {db.saved_invariant}"] if db.saved_invariant else [])
     what = "a saved example" + (f" ({', '.join(parts)})" if parts else "")
     tries = (f" on try {db.failed_on_try} of {db.tries}"

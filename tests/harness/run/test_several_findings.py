@@ -231,3 +231,31 @@ def test_a_replay_from_the_example_database_says_what_it_replayed(tmp_path):
             f"single-winner) failed again [single-winner] on try {use.failed_on_try} of 3; "
             "the counts are of its minimal example, replayed afresh") in message
     assert "reproduced " in message
+
+
+def test_the_pytest_gate_names_every_finding_safety_first(tmp_path):
+    """Through the gate: the failing item is the race, and its message also names the
+    untyped error (first replayed from the item's example database)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    root = Path(__file__).resolve().parents[3]
+    reports = tmp_path / "reports"
+    _saved(DirectoryBasedExampleDatabase(str(reports / "fuzz" / "examples")), COMPOSED,
+           [Hostile(case="dispatch-huge-queue-ttl")], "typed-errors")
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
+         "--rootdir", str(tmp_path), "--ferry-target", COMPOSED, "--ferry-no-scenarios",
+         "--ferry-budget", "5", "--ferry-workers", "3", "--ferry-report-dir", str(reports),
+         "--hypothesis-seed", "5"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root)})
+    assert run.returncode == 1, run.stdout[-2000:]
+    out = run.stdout
+    assert "[single-winner]" in out and "also found, in rank order: [typed-errors]" in out, \
+        out[-2000:]
+    assert out.index("[single-winner]") < out.index("[typed-errors]")
