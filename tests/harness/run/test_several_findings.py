@@ -32,6 +32,7 @@ from harness.run.campaign import (
     Campaign,
     CampaignConfig,
     Failure,
+    Finding,
     public_steps,
     violation_report,
     write_report,
@@ -207,6 +208,12 @@ def test_the_campaign_records_the_best_reproduction_and_its_mode():
                          schedule=found)
     assert (v.reproduced, v.best_reproduced, v.best_mode) == ("2/10", "10/10", "schedule")
     assert v.reproduction == "10/10 in schedule mode (2/10 in stress)"
+    # the campaign hands each finding's schedule-mode re-run to its first entry
+    camp = Campaign(CampaignConfig(target="t:f"))
+    entries, found_list = camp._entries(
+        [Finding("single-winner", failure, failure, (2, 10), schedule=found)], "stress")
+    assert entries[0].schedule_mode == found and entries[0].best_mode == "schedule"
+    assert found_list[0].reproduced == "10/10 in schedule mode (2/10 in stress)"
     worse = ScheduleSearch(found=True, reproduced="3/10", schedule="1.1", tried=3)
     v = violation_report(failure.violations[0], failure, (9, 10), mode="stress", schedule=worse)
     assert (v.best_reproduced, v.best_mode) == ("9/10", "stress")
