@@ -5,6 +5,11 @@ Real races do not repeat on demand, so Hypothesis only *generates* here (phase
 kept as plain step lists; our shrinker removes steps while the failure still shows up in
 *any* of a few tries, and the final minimal example is replayed N times to say how often it
 reproduces ("reproduced 7/10"). The discovering execution's history is always kept.
+
+A robustness finding (typed-errors, refusal-class, refusal-order) does not end the search:
+it is kept and masked, and the search goes on for the others; a safety or liveness finding
+ends it. Every distinct invariant found then gets its own shrunk, replayed minimal example,
+safety first, the time left shared equally between them (PROTOCOL.md#several-findings).
 """
 
 from __future__ import annotations
