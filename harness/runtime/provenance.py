@@ -11,13 +11,10 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-REPORTS = "reports"  # the committed reports (tests/reports.py regenerates them)
-
 
 @functools.lru_cache(maxsize=1)
 def provenance() -> dict[str, str | None]:
-    """``{"version": "0.1.0", "commit": "69c3ee0…" or None, "dirty": "yes"/"no"/None}``;
-    ``dirty`` is "yes" when a tracked file outside ``reports/`` has uncommitted changes."""
+    """``{"version": "0.1.0", "commit": "69c3ee0…" or None, "dirty": "yes"/"no"/None}``."""
     try:
         version = metadata.version("ferry")
     except metadata.PackageNotFoundError:
@@ -28,10 +25,10 @@ def provenance() -> dict[str, str | None]:
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=True,
                                 capture_output=True, text=True, timeout=5).stdout.strip() or None
-        # the code, not the committed reports: regenerating reports/ one run after another
-        # must not mark the later runs "dirty" because the earlier ones rewrote their files
+        # "dirty" is about the code, not the committed reports: regenerating reports/ one
+        # run after another must not mark the later runs dirty (the earlier ones rewrote files)
         status = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                 "--untracked-files=no", "--", ".", f":(exclude){REPORTS}"],
+                                 "--untracked-files=no", "--", ".", ":(exclude)reports"],
                                 check=True, capture_output=True, text=True, timeout=5).stdout
         dirty = "yes" if status.strip() else "no"
     except (OSError, subprocess.SubprocessError):
