@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from tests.reproduction import FAULT_ONLY_MIN_HITS, MIN_HITS, REPLAYS
+
 ROOT = Path(__file__).resolve().parents[1]
 README = "README.md"
 FINDINGS = "reports/findings.md"
@@ -330,3 +332,15 @@ def test_findings_md_shows_each_committed_minimal_example():
         block = section[section.index("```json") + len("```json"):]
         shown = json.loads(block[:block.index("```")])
         assert shown == _violation(lib)["steps"], f"{FINDINGS} {heading}: not the committed example"
+
+
+def test_the_readme_states_the_reproduction_rates_the_tests_hold():
+    """tests/reproduction.py's two rates are the ones README.md promises (Nondeterminism)."""
+    text = re.sub(r"\s+", " ", _text(README))
+    without = re.search(r"a minimal example found without faults replays at least (\d+) times "
+                        r"in (\d+)", text)
+    fault = re.search(r"found only by a `kill` or `pause` fault .*? replays at least (\d+) "
+                      r"times? in (\d+)", text)
+    assert without and fault, "the README no longer states both reproduction rates"
+    assert (int(without[1]), int(without[2])) == (MIN_HITS, REPLAYS), without[0]
+    assert (int(fault[1]), int(fault[2])) == (FAULT_ONLY_MIN_HITS, REPLAYS), fault[0]
