@@ -1,9 +1,9 @@
 """Regenerate every committed report under ``reports/`` with one command.
 
-    python -m tests.reports                   # all of it (about 1 h 15 min on 2 CPUs)
+    python -m tests.reports                   # all of it (about 1 h on 2 CPUs)
     python -m tests.reports --only adapters   # the five PyPI queues (7 runs, about 5 min)
     python -m tests.reports --only matrix     # python -m tests.matrix (about 40 min)
-    python -m tests.reports --only bench      # baseline, goal and compare runs (about 30 min)
+    python -m tests.reports --only bench      # baseline, goal and compare runs (about 12 min)
     python -m tests.reports --list            # print every command, run nothing
 
 :data:`REPORTS` is the list: each committed report directory with the command that writes
