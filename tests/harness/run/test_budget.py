@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -52,11 +53,13 @@ def _child_start(text: str) -> float:
 
 
 def _wait_for(proc: subprocess.Popen, needle: str, timeout: float) -> str:
-    """Read the child's stderr until ``needle`` appears (what was read is returned)."""
+    """Read the child's stderr until a whole line with ``needle`` has come (what was read
+    is returned)."""
     seen, deadline = "", time.monotonic() + timeout
+    line = re.compile(re.escape(needle) + ".*\n")
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stderr, selectors.EVENT_READ)
-        while needle not in seen:
+        while not line.search(seen):
             left = deadline - time.monotonic()
             assert left > 0 and proc.poll() is None, f"no {needle!r} within {timeout}s: {seen[-2000:]}"
             if sel.select(left):
@@ -126,10 +129,17 @@ def test_a_signal_in_any_phase_leaves_a_readable_report(sig, when, tmp_path):
     until the limit; a signal in any phase ends the run with a report and exit 130."""
     budget = 4.0
     proc = _start("tests.slow_stores:hang_claim", budget, tmp_path / "r")
-    time.sleep(when)
+    try:  # the phases are timed from the child's own start, not from a loaded parent's
+        seen = _wait_for(proc, STAMP, 30)
+    except AssertionError:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    time.sleep(max(0.0, _child_start(seen) + when - time.monotonic()))
     if proc.poll() is None:
         proc.send_signal(sig)
     code, text, _ = _finish(proc, 40)
+    text = seen + text
     report = _report(tmp_path / "r")
     assert report["verdict"] in ("fail", "pass", "unknown")
     assert code in (130, 1), text
