@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import sqlite3
 import time
 import uuid
@@ -258,13 +259,14 @@ def _replay_worker(path: str, sql: LifecycleSQL, slot: int, go: Any, out: Any,
     mono = time.monotonic_ns
     busy = [0]
     lat = array("q")
-    done, t_start, t_last, error = 0, 0, 0, None
+    done, t_start, t_last, cpu_s, error = 0, 0, 0, 0.0, None
     try:
         conn = open_replay_connection(path, sql, 5.0)
         out.send(("ready", slot))
         if not go.wait(timeout_s):
             raise HarnessError("the start signal never came")
         t_start = mono()
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
         agent = f"same-sql-{slot}"
         while True:
             t0 = mono()
@@ -273,10 +275,12 @@ def _replay_worker(path: str, sql: LifecycleSQL, slot: int, go: Any, out: Any,
             t_last = mono()
             lat.append(t_last - t0)
             done += 1
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
         conn.close()
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
-    out.send(("done", slot, done, busy[0], t_start, t_last, lat.tobytes(), error))
+    out.send(("done", slot, done, busy[0], t_start, t_last, lat.tobytes(), cpu_s, error))
 
 
 def measure_same_sql(workdir: str, workers: int, tasks: int, sql: LifecycleSQL, *,
@@ -351,4 +355,6 @@ def measure_same_sql(workdir: str, workers: int, tasks: int, sql: LifecycleSQL, 
             "lifecycles_per_s": done / secs if secs > 0 else 0.0, "seconds": secs,
             "latency_ms": latency_summary(lat), "busy_errors": sum(r[1] for r in rows),
             "jain_fairness": jain([r[0] for r in rows]) if rows else 0.0,
+            "cpu_s": sum(r[5] for r in rows),
+            "lifecycles_per_cpu_s": done / cpu if (cpu := sum(r[5] for r in rows)) else 0.0,
             "verified": completed == done == tasks, "error": error}

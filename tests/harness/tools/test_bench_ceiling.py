@@ -108,6 +108,7 @@ def test_same_sql_completes_every_task_once_and_leaves_no_process(tmp_path):
     assert got["error"] is None and got["verified"], got
     assert got["lifecycles"] == 150 and got["lifecycles_per_s"] > 0
     assert got["latency_ms"]["count"] == 150
+    assert got["cpu_s"] > 0 and got["lifecycles_per_cpu_s"] > 0
     assert set(children_of(os.getpid())) <= before
 
 
