@@ -36,6 +36,7 @@ from ferry_core.errors import (
     TokenRequired,
     WrongState,
 )
+from tests.covering import generate
 
 # --------------------------------------------------------------------------- switches
 #: Every switch and its choices; the first choice of each is the default. The comment
@@ -1093,26 +1094,28 @@ def make_factory(config: Config) -> Callable[..., ConfigurableStore]:
 
 
 # ------------------------------------------------------------- the combos
-def _one_at_a_time() -> list[Config]:
-    """Default, then each switch's other choices alone (deterministic)."""
-    out = [Config()]
-    for name, choices in SWITCHES.items():
-        for value in choices[1:]:
-            cfg = Config(**{name: value}).normalized()
-            if allowed(dataclasses.asdict(cfg)) and cfg not in out:
-                out.append(cfg)
-    return out
+def pairwise_configs() -> list[Config]:
+    """The pairwise covering array over SWITCHES (tests/covering.py), as Configs."""
+    rows = generate(SWITCHES, pivot="caps", meaningful=meaningful, allowed=allowed)
+    return [Config(**row) for row in rows]
 
 
-COMBOS: dict[str, Config] = {f"combo_{i:02d}": cfg for i, cfg in enumerate(_one_at_a_time())}
+#: combo name -> its switch values; the order is the generator's (densest first)
+COMBOS: dict[str, Config] = {f"combo_{i:02d}": cfg for i, cfg in enumerate(pairwise_configs())}
 
 for _name, _cfg in COMBOS.items():
     globals()[_name] = make_factory(_cfg)
 
 
 def describe_combos() -> str:
-    """One line per combo: its name and its switch values."""
-    return "\n".join(f"{name}: {cfg.describe()}" for name, cfg in COMBOS.items())
+    """One line per combo: its name and the switches it sets away from the default."""
+    default = Config()
+    lines = []
+    for name, cfg in COMBOS.items():
+        diff = [f"{k}={v}" for k, v in dataclasses.asdict(cfg).items()
+                if getattr(default, k) != v]
+        lines.append(f"{name}: {', '.join(diff) or '(all defaults)'}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
