@@ -90,3 +90,13 @@ def test_generator_is_deterministic_and_handles_constraints():
     assert need <= got
     assert all(allowed(r) for r in rows)
     assert all(r["z"] == "p" for r in rows if r["x"] == "1")
+
+
+def test_readme_states_the_generated_numbers():
+    from pathlib import Path
+
+    need = covering.required_pairs(cfgmod.SWITCHES, pivot="caps", meaningful=cfgmod.meaningful,
+                                   allowed=cfgmod.allowed)
+    text = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    assert (f"{len(cfgmod.SWITCHES)} switches, {len(need):,} pairs, "
+            f"{len(cfgmod.COMBOS)} combinations") in text
