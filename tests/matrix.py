@@ -2,7 +2,7 @@
 
     python -m tests.matrix                      # 3 seeds × 30 s, both modes (about 3 h)
     python -m tests.matrix --budget 5 --seeds 0 # a quick look
-    python -m tests.matrix --only combos        # the 72 pairwise combos alone (about 2 h)
+    python -m tests.matrix --only combos        # the configurable pairwise combos (about 2 h)
 
 Every run is a real ``ferry-harness fuzz`` process, as a user would start it; two run at a
 time. Writes ``reports/matrix/matrix.md`` and ``matrix.json`` (the README's table).
