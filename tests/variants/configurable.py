@@ -60,7 +60,8 @@ SWITCHES: dict[str, tuple[str, ...]] = {
     # issue 24 item 1: the new window may start anywhere from lease_expires_at to the
     # instant the expiry is applied.
     "queued_at": ("lease_end", "now"),
-    # #dependencies-and-the-failure-cascade (README row 9)
+    # #dependencies-and-the-failure-cascade (README row 9): FAILED at dispatch, or
+    # SUBMITTED until the next sweep() (no other call materialises it)
     "dead_dep": ("failed_now", "until_sweep"),
     # #sweep, README row 11: what sweep() counts is not checked
     "sweep_return": ("tasks_changed", "expiries_only"),
@@ -434,13 +435,15 @@ class ConfigurableStore:
 
     # SQL filters (approximate in REAL arithmetic only for TTLs near 2**63, where the
     # exact instants are decided in Python afterwards).
-    def _due_filters(self) -> list[str]:
+    def _due_filters(self, sweep: bool = False) -> list[str]:
+        """What counts as due. A dependent dispatched onto a dead dependency is work for
+        every call under `dead_dep=failed_now`, for `sweep` alone under `until_sweep`."""
         out = []
         if self._has("lease"):
             out.append("(status = 'CLAIMED' AND lease_start + exec_ttl_ms <= :now)")
         if self._has("queue-ttl"):
             out.append("(status = 'SUBMITTED' AND queued_at + queue_ttl_ms <= :now)")
-        if self._has("dag"):
+        if self._has("dag") and (sweep or self._cfg.dead_dep == "failed_now"):
             out.append("(status = 'SUBMITTED' AND EXISTS (SELECT 1 FROM cfg_deps d JOIN "
                        "cfg_tasks t ON t.task_id = d.dep_id WHERE d.task_id = "
                        "cfg_tasks.task_id AND t.status IN ('FAILED', 'TIMED_OUT')))")
@@ -459,10 +462,10 @@ class ConfigurableStore:
         return " AND ".join(parts)
 
     # ----------------------------------------------------------------- expiry
-    def _apply_due(self, now: int) -> int:
+    def _apply_due(self, now: int, sweep: bool = False) -> int:
         """Apply every due expiry and cascade in the order of their instants. Returns the
         number of tasks changed, or of expiries applied (the `sweep_return` switch)."""
-        filters = self._due_filters()
+        filters = self._due_filters(sweep)
         changed = expiries = 0
         if not filters:
             return 0
@@ -474,7 +477,11 @@ class ConfigurableStore:
                 if self._lease_over(row, now):
                     events.append((self._lease_end(row), row["seq"], "lease", row))
                 elif self._window_over(row, now):
-                    events.append((self._window_end(row), row["seq"], "queue", row))
+                    dead = self._dead_dep(row["task_id"]) if self._has("dag") else None
+                    if dead is not None:  # its cascade was in effect since its dispatch
+                        events.append((row["created_at"], row["seq"], "dead", (row, dead)))
+                    else:
+                        events.append((self._window_end(row), row["seq"], "queue", row))
                 elif row["status"] == "SUBMITTED" and self._has("dag"):
                     dead = self._dead_dep(row["task_id"])
                     if dead is not None:  # dispatched onto a dead dependency
@@ -548,8 +555,8 @@ class ConfigurableStore:
                 todo.append(row["task_id"])
         return changed
 
-    def _anything_due(self, now: int) -> bool:
-        filters = self._due_filters()
+    def _anything_due(self, now: int, sweep: bool = False) -> bool:
+        filters = self._due_filters(sweep)
         if not filters:
             return False
         return bool(self._r.execute(
@@ -931,9 +938,9 @@ class ConfigurableStore:
     # ----------------------------------------------------------------- sweep and reads
     def _sweep(self) -> int:
         now = self._clock()
-        if not self._retrying(lambda: self._anything_due(now)):
+        if not self._retrying(lambda: self._anything_due(now, sweep=True)):
             return 0
-        return self._tx(lambda: self._apply_due(now))
+        return self._tx(lambda: self._apply_due(now, sweep=True))
 
     def _get(self, task_id: str) -> Any:
         now = self._clock()
