@@ -53,7 +53,7 @@ def test_configurable_combo_has_no_violation(combo, mode, tmp_path, ferry_budget
     lists its switches): a false alarm here is a checker bug, or a freedom ferry does
     not accept yet."""
     cfg = CampaignConfig(target=f"tests.variants.configurable:{combo}",
-                         budget_s=2.0 * ferry_budget, seed=0, mode=mode,
+                         budget_s=4.0 * ferry_budget, seed=0, mode=mode,
                          report_dir=str(tmp_path / "r"))
     outcome = Campaign(cfg).run()
     found = outcome.report.violations
