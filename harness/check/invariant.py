@@ -58,6 +58,14 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "liveness": (),
 }
 
+# A second set of needs that also lets an invariant fire, for a target without the first:
+# a daemon lock's boundaries are lease-half-open's (PROTOCOL.md#leases-are-half-open) and
+# the per-object search orders lock calls too (PROTOCOL.md#linearizable).
+ALSO_NEEDS: dict[str, tuple[str, ...]] = {
+    "lease-half-open": ("acquire_lock",),
+    "linearizable": ("acquire_lock",),
+}
+
 # Findings about the refusal's class, not about safety: named only when nothing else is.
 MINOR = frozenset({"refusal-class", "refusal-order"})
 
@@ -118,7 +126,7 @@ def invariant_status(capabilities: Iterable[str],
         missing = [n for n in needs if not set(n.split("|")) & caps]
         if skips and inv in skips:
             out[inv] = f"skipped ({skips[inv]})"
-        elif missing:
+        elif missing and not (inv in ALSO_NEEDS and set(ALSO_NEEDS[inv]) <= caps):
             out[inv] = f"skipped (target lacks {', '.join(missing)})"
         else:
             out[inv] = "checked"

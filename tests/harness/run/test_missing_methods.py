@@ -25,3 +25,4 @@ def test_a_target_without_some_operations_passes(name, mode, tmp_path, ferry_bud
     if name == "locks_only":
         assert status["single-winner"].startswith("skipped (target lacks dispatch")
         assert status["lock-exclusive"].startswith("checked (")
+        assert status["lease-half-open"].startswith("checked (")  # lock boundaries
