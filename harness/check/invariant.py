@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from harness.check.history import CUT_SHORT, FAIL, OK, History, Op
+from harness.check.rules import anchor_for
 
 if TYPE_CHECKING:  # the run state imports this module's helpers: types only
     from harness.check.runstate import RunState
@@ -89,8 +90,9 @@ class Violation:
 
     @property
     def protocol(self) -> str:
-        """Where the broken rule is explained: its section of PROTOCOL.md."""
-        return f"PROTOCOL.md#{self.invariant}"
+        """Where the broken rule is explained: the section of PROTOCOL.md that says the
+        sentence behind it (harness/check/rules.py), else the invariant's own section."""
+        return anchor_for(self.invariant, self.message)
 
     def __str__(self) -> str:
         return f"[{self.invariant}] {self.message} (see {self.protocol})"

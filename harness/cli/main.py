@@ -171,7 +171,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     print(f"ferry: {rep.verdict.upper()} — {stats.examples} examples, {stats.race_rounds} race "
           f"rounds, {stats.ops} operations in {stats.seconds:.1f}s against {cfg.target}")
     for v in rep.violations:
-        print(f"  [{v.invariant}] {v.message} (see PROTOCOL.md#{v.invariant})")
+        print(f"  [{v.invariant}] {v.message} (see {v.protocol})")
         sched = f", schedule {v.schedule}" if v.schedule else ""
         cut = " (stopped at budget)" if v.replays_stopped_at_budget else ""
         print(f"    minimal example: {len(v.steps or ())} steps{sched}, reproduced "
