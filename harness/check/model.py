@@ -732,6 +732,10 @@ def step_lock(st: LockState | None, op: Op, cfg: ModelConfig) -> Verdict:
         return _legal(LockState(name, owner, op.now + op.args["ttl_ms"]) if op.value else st)
     if op.op == "release_lock":
         mine = held and st.owner == op.args["owner"]
+        # its own lock, expired, nobody took it since: True or False (PROTOCOL.md#release_lock)
+        lapsed = not held and st.owner == op.args["owner"]
+        if lapsed:
+            return _legal(LockState(name) if op.value else st)
         if bool(op.value) != mine:
             return _illegal(st, "lock-exclusive", (
                 f"release_lock({name!r}, {op.args['owner']!r}) returned {op.value}, "

@@ -157,8 +157,8 @@ RULES: tuple[Rule, ...] = (
          "already held by owner"),
     Rule(M, "lease-half-open", "was refused lock", "at-the-boundaries", LOCK_EDGE),
     Rule(M, "lock-exclusive", "release_lock(", "release_lock",
-         "Drops the lock and returns True if owner holds it now (unexpired). Otherwise "
-         "returns False and writes nothing"),
+         "Drops the lock and returns True if owner holds it now (unexpired). When another "
+         "owner holds it, or nobody has ever held it, returns False and writes nothing."),
     Rule(M, "lock-exclusive", "lock_holder(", "lock_holder",
          "The owner of the lock if its expires_at > now, else None."),
     Rule(M, "lease-half-open", "lock_holder(", "at-the-boundaries", LOCK_EDGE),
