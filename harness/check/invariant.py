@@ -59,12 +59,15 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "liveness": (),
 }
 
-# A second set of needs that also lets an invariant fire, for a target without the first:
-# a daemon lock's boundaries are lease-half-open's (PROTOCOL.md#leases-are-half-open) and
-# the per-object search orders lock calls too (PROTOCOL.md#linearizable).
-ALSO_NEEDS: dict[str, tuple[str, ...]] = {
-    "lease-half-open": ("acquire_lock",),
-    "linearizable": ("acquire_lock",),
+# Other sets of needs that also let an invariant fire, for a target without the first
+# (same format as NEEDS): a daemon lock's boundaries are lease-half-open's
+# (PROTOCOL.md#leases-are-half-open) and the per-object search orders lock calls too
+# (PROTOCOL.md#linearizable); without get, no-lost-task still judges inspect() and every
+# claim or poll (an empty one while a task is ready, a claim of a final task).
+ALSO_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "lease-half-open": (("acquire_lock",),),
+    "linearizable": (("acquire_lock",),),
+    "no-lost-task": (("dispatch", "inspect"), ("dispatch", "claim|poll_next")),
 }
 
 # Findings about the refusal's class, not about safety: named only when nothing else is.
@@ -123,12 +126,16 @@ def invariant_status(capabilities: Iterable[str],
     """``checked`` or ``skipped (why)`` for every invariant, from the target's capabilities
     and the skips it declares itself (``ferry_skips = {invariant: reason}`` on the store)."""
     caps = set(capabilities)
+
+    def lacks(needs: tuple[str, ...]) -> list[str]:
+        return [n for n in needs if not set(n.split("|")) & caps]
+
     out = {}
     for inv, needs in NEEDS.items():
-        missing = [n for n in needs if not set(n.split("|")) & caps]
+        missing = lacks(needs)
         if skips and inv in skips:
             out[inv] = f"skipped ({skips[inv]})"
-        elif missing and not (inv in ALSO_NEEDS and set(ALSO_NEEDS[inv]) <= caps):
+        elif missing and all(lacks(other) for other in ALSO_NEEDS.get(inv, ())):
             out[inv] = f"skipped (target lacks {', '.join(missing)})"
         else:
             out[inv] = "checked"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from harness.check.invariant import invariant_status
+from harness.check.invariant import ALSO_NEEDS, NEEDS, invariant_status
+from harness.check.ops import FEATURES, PROTOCOL
 from harness.run import campaign
 from harness.run.campaign import Campaign, CampaignConfig
 from harness.run.exercised import dependency_judgements, evaluations, with_evaluations
@@ -76,3 +77,12 @@ def test_the_generator_races_for_dependents_that_still_wait(tmp_path, monkeypatc
     assert seen["examples"] >= 5
     # measured: 13-15 per example with the dependent_waits rule, 1.5-2 without it
     assert seen["early"] / seen["examples"] >= 5, seen
+
+
+def test_no_lost_task_is_checked_without_get_when_claims_or_inspect_are_judged():
+    known = set(PROTOCOL) | set(FEATURES) | {"dag", "wal-file"}
+    for inv, alternatives in ALSO_NEEDS.items():  # the same vocabulary as NEEDS
+        assert inv in NEEDS and all(set(n.split("|")) <= known for a in alternatives for n in a)
+    assert invariant_status({"dispatch", "poll_next"})["no-lost-task"] == "checked"
+    assert invariant_status({"dispatch", "inspect"})["no-lost-task"] == "checked"
+    assert invariant_status({"dispatch"})["no-lost-task"] == "skipped (target lacks get)"
