@@ -125,6 +125,7 @@ class FerryMachine(RuleBasedStateMachine):
                 self._do(Clock(claim=0, offset=offset))
             self._do(Holder(claim=0, op=op, who=who, race=race))
 
+    @precondition(lambda self: "dag" in self.ex.capabilities)  # nothing to wait for without
     @rule(parent_ends=st.sampled_from(["fulfill", "fulfill", "fail", None]),
           poll=st.booleans(), same_name=st.booleans(), data=st.data())
     def dependent_waits(self, parent_ends, poll, same_name, data):
