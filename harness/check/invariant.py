@@ -76,6 +76,32 @@ MINOR = frozenset({"refusal-class", "refusal-order"})
 # How specific an invariant's name is: the generic search verdict comes last.
 GENERIC = frozenset({"linearizable"})
 
+# Robustness findings (PROTOCOL.md#several-findings): how a store refuses, not what it
+# does to tasks. One never ends the search for safety violations, and every safety
+# finding ranks before it.
+ROBUSTNESS = frozenset({"typed-errors", "refusal-class", "refusal-order"})
+
+# A hang or an unexplained worker death: not wrong data, so it ranks after safety, but it
+# ends the search (every further call would wait out the same timeout).
+LIVENESS = frozenset({"liveness"})
+
+# The order in which kinds of findings are named: safety, then liveness, then robustness.
+KINDS = ("safety", "liveness", "robustness")
+
+
+def invariant_kind(invariant: str) -> str:
+    """``safety``, ``liveness`` or ``robustness`` (``integrity`` is safety: a corrupt
+    file loses tasks)."""
+    if invariant in ROBUSTNESS:
+        return "robustness"
+    return "liveness" if invariant in LIVENESS else "safety"
+
+
+def rank(invariant: str) -> tuple[int, bool, bool]:
+    """Sort key naming safety first, the generic ``linearizable`` last among safety, and
+    ``refusal-class`` / ``refusal-order`` after ``typed-errors``."""
+    return (KINDS.index(invariant_kind(invariant)), invariant in GENERIC, invariant in MINOR)
+
 
 @dataclass
 class Violation:
@@ -143,11 +169,11 @@ def invariant_status(capabilities: Iterable[str],
 
 
 def first_fact_first(violations: list[Violation]) -> list[Violation]:
-    """Order violations so a specific name leads (the report names the run by the first):
-    the checks run most-specific first (fault probes, two live holders, leaked tokens, the
-    model's per-object verdicts, global rules), and the generic ``linearizable`` verdict
-    goes last."""
-    return sorted(violations, key=lambda v: (v.invariant in GENERIC, v.invariant in MINOR))
+    """Order violations so safety leads and a specific name leads (the report names the
+    run by the first): safety before liveness before robustness (:func:`rank`); within a
+    kind the checks' own order (fault probes, two live holders, leaked tokens, the model's
+    per-object verdicts, global rules), the generic ``linearizable`` verdict last."""
+    return sorted(violations, key=lambda v: rank(v.invariant))
 
 
 def refusals(history: History) -> dict[str, int]:

@@ -183,6 +183,7 @@ class FerryItem(pytest.Item):
 
     def _run_fuzz(self) -> None:
         # lazy: this plugin loads in every pytest session; the harness only when used
+        from harness.report.story import gate_message
         from harness.run.campaign import Campaign, CampaignConfig, write_report
 
         defaults = profiles.campaign_defaults()
@@ -200,13 +201,14 @@ class FerryItem(pytest.Item):
         self.user_properties.append(("ferry_report", str(d)))
         report = outcome.report
         if outcome.verdict == "fail":
-            v = report.violations[0]
-            self.user_properties.append(("ferry_invariant", v.invariant))
-            db = report.example_database
-            note = (" (replayed first from the example database)"
-                    if db is not None and db.failure_from_database else "")
-            raise FerryViolation(v.invariant, f"{v.message}; reproduced "
-                                 f"{v.reproduced or '?'}{note}", d)
+            # the top-ranked finding (safety first), its best reproduction, what the
+            # example database replayed, then every other distinct invariant found
+            invariant, message = gate_message(report)
+            self.user_properties.append(("ferry_invariant", invariant))
+            raise FerryViolation(invariant, message, d)
+        if outcome.verdict == "interrupted":  # stopped before anything was decided
+            raise FerryViolation("unknown", "the run was interrupted before it decided "
+                                 "anything: not a pass", d)
         if outcome.verdict == "unknown":  # nothing was decided: not a pass
             why = "; ".join((report.unknown or ())[:3]) or \
                 "no example completed within the budget"
