@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from harness.check.history import CUT_SHORT, FAIL, OK, History, Op
+from harness.check.rules import anchor_for
 
 if TYPE_CHECKING:  # the run state imports this module's helpers: types only
     from harness.check.runstate import RunState
@@ -56,6 +57,17 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "refusal-order": ("dispatch", "claim|poll_next", "fulfill", "refusal-order"),
     "integrity": ("wal-file",),
     "liveness": (),
+}
+
+# Other sets of needs that also let an invariant fire, for a target without the first
+# (same format as NEEDS): a daemon lock's boundaries are lease-half-open's
+# (PROTOCOL.md#leases-are-half-open) and the per-object search orders lock calls too
+# (PROTOCOL.md#linearizable); without get, no-lost-task still judges inspect() and every
+# claim or poll (an empty one while a task is ready, a claim of a final task).
+ALSO_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "lease-half-open": (("acquire_lock",),),
+    "linearizable": (("acquire_lock",),),
+    "no-lost-task": (("dispatch", "inspect"), ("dispatch", "claim|poll_next")),
 }
 
 # Findings about the refusal's class, not about safety: named only when nothing else is.
@@ -107,8 +119,9 @@ class Violation:
 
     @property
     def protocol(self) -> str:
-        """Where the broken rule is explained: its section of PROTOCOL.md."""
-        return f"PROTOCOL.md#{self.invariant}"
+        """Where the broken rule is explained: the section of PROTOCOL.md that says the
+        sentence behind it (harness/check/rules.py), else the invariant's own section."""
+        return anchor_for(self.invariant, self.message)
 
     def __str__(self) -> str:
         return f"[{self.invariant}] {self.message} (see {self.protocol})"
@@ -139,12 +152,16 @@ def invariant_status(capabilities: Iterable[str],
     """``checked`` or ``skipped (why)`` for every invariant, from the target's capabilities
     and the skips it declares itself (``ferry_skips = {invariant: reason}`` on the store)."""
     caps = set(capabilities)
+
+    def lacks(needs: tuple[str, ...]) -> list[str]:
+        return [n for n in needs if not set(n.split("|")) & caps]
+
     out = {}
     for inv, needs in NEEDS.items():
-        missing = [n for n in needs if not set(n.split("|")) & caps]
+        missing = lacks(needs)
         if skips and inv in skips:
             out[inv] = f"skipped ({skips[inv]})"
-        elif missing:
+        elif missing and all(lacks(other) for other in ALSO_NEEDS.get(inv, ())):
             out[inv] = f"skipped (target lacks {', '.join(missing)})"
         else:
             out[inv] = "checked"

@@ -174,7 +174,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     print(f"ferry: {headline(rep)} — {stats.examples} examples, {stats.race_rounds} race "
           f"rounds, {stats.ops} operations in {stats.seconds:.1f}s against {cfg.target}")
     for v in rep.violations:
-        print(f"  [{v.invariant}] {v.message} (see PROTOCOL.md#{v.invariant})")
+        print(f"  [{v.invariant}] {v.message} (see {v.protocol})")
         sched = f", schedule {v.schedule}" if v.schedule else ""
         print(f"    minimal example: {len(v.steps or ())} steps{sched}, reproduced "
               f"{said_reproduced(v, rep.mode) or '?'}")

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from harness.check.rules import anchor_for
 from harness.run import profiles
 
 DEFAULT_REPORT_DIR = "ferry-reports"
@@ -72,7 +73,7 @@ class FerryViolation(Exception):
     """A ferry item failed: carries the invariant and the report directory."""
 
     def __init__(self, invariant: str, message: str, report: Path | None) -> None:
-        anchor = f"PROTOCOL.md#{invariant}"
+        anchor = anchor_for(invariant, message)  # the section of the rule it broke
         if invariant not in NOT_INVARIANTS and anchor not in message:
             message = f"{message} (see {anchor})"
         where = f" — report: {report}" if report else ""

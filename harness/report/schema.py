@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.check.history import Op
 from harness.check.invariant import Violation
+from harness.check.rules import anchor_for
 
 REPORT_KINDS = ("fuzz", "scenario", "check", "crash")
 
@@ -81,8 +82,9 @@ class ViolationReport:
 
     @property
     def protocol(self) -> str:
-        """Where the broken rule is explained: its section of PROTOCOL.md."""
-        return f"PROTOCOL.md#{self.invariant}"
+        """Where the broken rule is explained: the PROTOCOL.md section of its rule
+        (harness/check/rules.py), else the invariant's own section."""
+        return anchor_for(self.invariant, self.message)
 
 
 def best_reproduction(reproduced: str | None, mode: str | None,

@@ -37,7 +37,7 @@ from harness.check.checker import (
     invariant_status,
     rank,
 )
-from harness.check.history import FAIL, OK, History
+from harness.check.history import FAIL, History
 from harness.check.model import ModelConfig
 from harness.errors import UsageError
 from harness.report.paths import write_report_dir
@@ -59,6 +59,7 @@ from harness.report.schema import (
     violation_entry,
 )
 from harness.run.executor import Executor, Stats, StepTrace
+from harness.run.exercised import evaluations, with_evaluations
 from harness.run.generator import ViolationFound, machine_for
 from harness.run.nemesis import Nemesis
 from harness.run.steps import (
@@ -641,71 +642,6 @@ class Campaign:
                                                     if f.found.detected_s is not None else None),
                 from_example_database=f.found.from_database is not None))
         return entries, found
-
-
-HOLDER = frozenset({"fulfill", "fail", "release", "extend", "salvage"})
-READ = frozenset({"get", "inspect", "salvaged"})
-LOCK = frozenset({"acquire_lock", "release_lock", "lock_holder"})
-
-# what "not exercised" means for each invariant: the kind of event that never happened
-NEVER = {
-    "single-winner": "no claim succeeded", "token-unique": "no claim succeeded",
-    "holder-guard": "no holder operation ran", "lease-half-open": "no lease or lock boundary",
-    "lock-exclusive": "no daemon-lock call ran", "dag-order": "no task with dependencies was claimed",
-    "no-lost-task": "no read and no empty poll", "wal-bounded": "no checkpoint without a reader",
-    "idle-no-write": "no idle poll or read was measured", "linearizable": "no object to order",
-    "typed-errors": "no operation ran", "integrity": "no integrity check ran",
-    "liveness": "no operation ran", "refusal-class": "no holder operation was refused",
-    "refusal-order": "no holder operation was refused",
-}
-
-
-def evaluations(ex: Executor) -> dict[str, int]:
-    """How many times each invariant's checks judged something in one example: a report may
-    say ``checked`` only where a check could have failed (``checked (N evaluations)``)."""
-    ops = list(ex.history)
-    deps = {o.value for o in ops if o.op == "dispatch" and o.type == OK
-            and o.args.get("depends_on")}
-    claims = sum(1 for o in ops if o.op in ("claim", "poll_next") and o.type == OK and o.value)
-    holder = [o for o in ops if o.op in HOLDER]
-    boundaries = sum(1 for st in ex.steps if isinstance(st, (Clock, LockRace))
-                     and st.offset is not None)
-    boundaries += sum(1 for o in ops if "probe" in o.extra)
-    n = {
-        "single-winner": claims,
-        "token-unique": claims + len(holder) + sum(1 for o in ops if o.op in READ),
-        "holder-guard": len(holder),
-        "lease-half-open": boundaries,
-        "lock-exclusive": sum(1 for o in ops if o.op in LOCK),
-        "dag-order": sum(1 for o in ops if o.op in ("claim", "poll_next") and o.type == OK
-                         and o.value and o.value.get("task_id") in deps),
-        "no-lost-task": sum(1 for o in ops if (o.op in READ and o.type == OK) or (
-            o.op in ("claim", "poll_next") and o.type == OK and o.value is None)),
-        "wal-bounded": sum(1 for o in ops if o.op == "checkpoint" and not o.extra.get("reader")
-                           and "wal_after" in o.extra),
-        "idle-no-write": sum(1 for o in ops if o.extra.get("idle")),
-        "linearizable": len({o.task_id for o in ops if o.task_id} |
-                            {o.args.get("name") for o in ops if o.op in LOCK}),
-        "typed-errors": len(ops),
-        "integrity": sum(1 for o in ops if o.op == "integrity_check"),
-        "liveness": len(ops),
-        "refusal-class": sum(1 for o in holder if o.type == FAIL),
-        "refusal-order": sum(1 for o in holder if o.type == FAIL),
-    }
-    return {k: v for k, v in n.items() if v}
-
-
-def with_evaluations(status: dict[str, str], evaluated: dict[str, int]) -> dict[str, str]:
-    """``checked`` becomes ``checked (N evaluations)`` or ``not exercised (why)``."""
-    out = {}
-    for inv, said in status.items():
-        if said == "checked":
-            n = evaluated.get(inv, 0)
-            said = (f"checked ({n} evaluations)" if n
-                    else f"not exercised ({NEVER.get(inv, 'nothing to judge')} in this run)")
-        out[inv] = said
-    return out
-
 
 def violation_report(v: Violation, failure: Failure,
                      reproduced: tuple[int, int] | None, *, mode: str = "stress",
