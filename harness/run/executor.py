@@ -5,17 +5,13 @@ operation in the history, and checks the invariants after each step. Because ste
 plain data, a failing example is a JSON list that ``ferry-harness replay`` can run again,
 and that our own shrinker can cut down, without Hypothesis.
 
-A fault step is carried out here too, Jepsen style: the nemesis
-(:mod:`harness.run.nemesis`) only injects the fault (kill, freeze, thaw, draws of when);
-the executor picks the victim, runs the orphan probe, the zombie's calls and the checks
-after a fault as ordinary operations, and the checker judges the annotations they leave
-(``probe``, ``zombie``, ``integrity``). See the nemesis module for what each fault does.
+A fault step is handed to the fault runner (:mod:`harness.run.faults`), which owns the
+kill, pause and clock choreography; the checker judges what it leaves in the history.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -23,8 +19,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.check.checker import Checker, Violation
-from harness.check.history import FAIL, INFO, OK, History, Op
-from harness.run.nemesis import Nemesis, wait_until
+from harness.check.history import OK, History, Op
+from harness.run.faults import FaultRunner, KnownClaim
+from harness.run.nemesis import Nemesis
 from harness.run.steps import (
     Audit,
     Checkpoint,
@@ -51,10 +48,6 @@ _SETTLE_POLLS = 50  # polls before an idle probe, each may take a ready task
 READER_HOLD_S = 0.2  # how long the "checkpoint with a reader open" probe keeps its snapshot
 STALL_S = 1.0  # an op that ran this long kept the other workers waiting: a report finding
 START_MS = 1_000_000_000
-RESCUERS = 3  # workers racing to reclaim a faulted holder's task
-DRAIN_ROUNDS = 8  # polling rescuers handed other ready tasks poll again, at most this often
-VICTIM_EXEC_TTL_MS = 300  # lease length of a fresh victim task when no live claim is drawn
-CLOCK_FAULT_MS = 1000  # a clock fault's jump when its step names none
 
 
 @dataclass
@@ -73,17 +66,6 @@ class Stats:
 
     def stalled(self, op: str, seconds: float) -> None:
         self.stalls = sorted(self.stalls + [(op, round(seconds, 3))], key=lambda s: -s[1])[:5]
-
-
-@dataclass
-class KnownClaim:
-    """A lease the run has seen granted (its expiry moves with accepted extends)."""
-
-    task_id: str  # the task it is on
-    agent: str  # the agent that holds it
-    token: str  # its fencing token
-    slot: int  # the worker slot that claimed it
-    expires: int | None  # lease expiry on the harness clock, ms; None: not on our clock
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +138,8 @@ class Executor:
         self.stats = stats or Stats()
         self.example = example
         self.nemesis = nemesis
+        self.fault_runner = (FaultRunner(self, nemesis, self.stats.faults)
+                             if nemesis is not None else None)
         self.mode = mode
         self.history = History()
         self.steps: list[Step] = []  # the steps as run (values drawn while running filled in)
@@ -526,318 +510,32 @@ class Executor:
         return self.run_step(Audit())
 
     # ------------------------------------------------------------------ faults
-    # The nemesis injects (kill, freeze, thaw) and draws when; everything else a fault
-    # step does is ordinary operations, run here. ``stats.faults`` counts faults by kind
-    # and by where they landed (``kill:mid-op``, ``kill:in-write-tx``, ``kill:after-op``,
-    # ``pause:mid-op``, ``pause:after-op``, ``pause:in-write-tx``; ``kill-missed``: the op
-    # finished before the kill).
-    def _count(self, key: str) -> None:
-        self.stats.faults[key] = self.stats.faults.get(key, 0) + 1
-
-    def _note(self, fault: str, *, count: bool = True, at_ns: int | None = None,
-              **args: Any) -> Op:
-        """Record a fault in the history, as an op of the nemesis (process -1)."""
-        t = at_ns or time.monotonic_ns()
-        op = self.history.append(Op(index=self.history.next_index(), process=-1,
-                                    agent="nemesis", op="nemesis", args={"fault": fault, **args},
-                                    invoke_ns=t, now=self.clock(), complete_ns=t, type=OK,
-                                    example=self.example))
-        if count:
-            self._count(fault)
-        return op
-
-    def _timed_one(self, nemesis: Nemesis, slot: int, op: str, agent: str, **args: Any) -> Op:
-        """``_one``, telling the nemesis how long the call took to reach the store."""
-        sent = time.monotonic_ns()
-        o = self._one(slot, op, agent, **args)
-        if o.type != INFO and o.invoke_ns >= sent:
-            nemesis.latency_seen(o.invoke_ns - sent)
-        return o
-
     def _step_fault(self, s: Fault) -> Step:
-        nemesis = self.nemesis
-        if nemesis is None:
+        """A fault step is the fault runner's (:mod:`harness.run.faults`)."""
+        if self.fault_runner is None:
             return s
-        if s.fault == "clock":
-            ms = s.tick if s.tick is not None else CLOCK_FAULT_MS
-            nemesis.jump(self.clock, ms)
-            self._note("clock", ms=ms)
-            return s
-        caps = self.capabilities
-        if "fulfill" not in caps or not ({"claim", "poll_next"} & caps):
-            return s
-        # without a lease on our clock the fault still runs: no expiry to probe, but the
-        # dead or frozen holder keeps its task (rescuers must get nothing) and the
-        # integrity, inspect and WAL checks follow as after any fault
-        victim, s = self._victim(nemesis, s)
-        if victim is None:
-            return s
-        if s.fault == "kill":
-            s = self._kill(nemesis, s, victim)
-        elif s.fault == "pause":
-            s = self._pause(nemesis, s, victim)
-        self._after_fault()
-        return s
+        return self.fault_runner.run(s)
 
-    def _live(self, c: KnownClaim) -> bool:
-        """Is ``c`` (probably) still the lease on its task, with room for ``expires - 1``?"""
-        if c.expires is not None and self.clock() >= c.expires - 1:
-            return False
-        if any(k.task_id == c.task_id and k is not c
-               for k in self.claims[self.claims.index(c) + 1:]):
-            return False
-        return not any(o.op in ("fulfill", "fail", "release") and o.type != FAIL
-                       and o.args.get("token") == c.token for o in self.history)
+    # the narrow interface the fault runner uses (harness.run.faults.Steps)
+    def run_calls(self, calls: list[PlannedCall]) -> list[Op]:
+        """Run one round of calls, recorded in the history."""
+        return self._run(calls)
 
-    def _victim(self, nemesis: Nemesis, s: Fault) -> tuple[KnownClaim | None, Fault]:
-        """The drawn claim if it still holds its lease, else a fresh lease of our own."""
-        if self.claims:
-            c = self._claim(s.claim or 0)
-            if self._live(c):
-                return c, s
-        if "dispatch" not in self.capabilities:
-            return None, s
-        if s.slot is None:
-            s = replace(s, slot=nemesis.draw_slot(self.pool.size))
-        if s.exec_ttl_ms is None:
-            s = replace(s, exec_ttl_ms=VICTIM_EXEC_TTL_MS)
-        slot = s.slot % self.pool.size
-        d = self._timed_one(nemesis, 0, "dispatch", "client", target_agent=None,
-                            queue_ttl_ms=10_000, exec_ttl_ms=s.exec_ttl_ms, max_attempts=2,
-                            payload={"victim": len(self.steps)})
-        if d.type != OK:
-            return None, s
-        if "claim" in self.capabilities:
-            got = self._timed_one(nemesis, slot, "claim", "alice", task_id=d.value)
-        else:
-            got = self._timed_one(nemesis, slot, "poll_next", "alice")
-        if got.type != OK or not got.value:
-            return None, s
-        v = got.value
-        return KnownClaim(v["task_id"], "alice", v["token"], slot, v["lease_expires_at"]), s
+    def claim_ref(self, ref: int) -> KnownClaim:
+        """The claim a step's reference names (recorded for the shrinker)."""
+        return self._claim(ref)
 
-    def _kill(self, nemesis: Nemesis, s: Fault, c: KnownClaim) -> Fault:
-        """SIGKILL the holder while its ``fulfill`` is in flight, then the orphan probe."""
-        if s.aim is None:
-            s = replace(s, aim=nemesis.draw_aim())
-        if s.aim == "write-tx":
-            delay = 0.0
-            if s.delay_us is None:
-                s = replace(s, delay_us=0)
-        else:
-            if s.delay_us is None:
-                s = replace(s, delay_us=nemesis.draw_delay_us(self.history))
-            delay = s.delay_us / 1e6
-        call = PlannedCall(slot=c.slot, op="fulfill", args=self._holder_args(c, "fulfill", c.slot), agent=c.agent)
-        old_id = self.pool.slots[c.slot].id
-        killer = nemesis.kill_timer(self.pool, c.slot, delay, aim=s.aim)
-        killer.arm(time.monotonic_ns())
-        try:
-            [op] = self._run([call])
-        finally:
-            killed = killer.finish()
-        if not killed:  # it finished (and the timer was cancelled) before the kill
-            self._note("kill-missed", slot=c.slot, worker=old_id, delay_us=s.delay_us,
-                       task=c.task_id, landed="never: the op finished first", op_index=op.index)
-            return s
-        landed = "mid-op" if op.type == INFO else "after-op"
-        self._count("kill")
-        self._count(f"kill:{landed}")
-        if killer.in_write_tx:
-            self._count("kill:in-write-tx")
-        self._note("kill", count=False, at_ns=killer.at_ns, slot=c.slot, worker=old_id,
-                   new_worker=self.pool.slots[c.slot].id, aim=s.aim, delay_us=s.delay_us,
-                   task=c.task_id, landed=landed, in_write_tx=killer.in_write_tx,
-                   op_index=op.index)
-        op.extra["killed"] = {"delay_us": s.delay_us, "in_write_tx": killer.in_write_tx}
-        if op.type == INFO:
-            winner = self._probe(c, op, "killed")
-            if winner is not None:
-                self._complete(winner)
-        return s
+    def holder_args(self, c: KnownClaim, op: str, tag: int) -> dict[str, Any]:
+        """The arguments of holder op ``op`` on ``c`` (``tag`` marks its result)."""
+        return self._holder_args(c, op, tag)
 
-    def _pause(self, nemesis: Nemesis, s: Fault, c: KnownClaim) -> Fault:
-        """SIGSTOP the holder while its ``fulfill`` is in flight, hold it past its lease
-        (rescuers race), SIGCONT: the zombie's call, and one more with its old token, must
-        be refused. A pause inside the write transaction is lifted at once."""
-        if s.delay_us is None:
-            s = replace(s, delay_us=nemesis.draw_delay_us(self.history))
-        delay = s.delay_us / 1e6
-        pool = self.pool
-        zslot, zombie = c.slot, pool.slots[c.slot]
-        call = PlannedCall(slot=zslot, op="fulfill", args=self._holder_args(c, "fulfill", zslot), agent=c.agent)
-        start = len(self.history)
-        box: dict[str, Any] = {}
+    def set_clock(self, target: int) -> bool:
+        """Move time forward to ``target`` (never back); False if it is already later."""
+        return self._set_clock(target)
 
-        def in_flight() -> None:
-            try:
-                self._run([call])
-            except BaseException as exc:  # re-raised on the main thread
-                box["error"] = exc
-
-        th = threading.Thread(target=in_flight, name="ferry-zombie", daemon=True)
-        sent = time.monotonic_ns()
-        th.start()
-        deadline = time.monotonic() + 5
-        while len(self.history) == start and th.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.00002)
-        if len(self.history) == start:  # the call never went out
-            th.join(pool.op_timeout_s + 5)
-            if "error" in box:
-                raise box["error"]
-            return s
-        zop = self.history.ops[start]  # the helper thread's op: nothing else was appended since
-        wait_until(sent + int(delay * 1e9))
-        at_ns, in_tx = nemesis.freeze(pool, zslot)
-        winner = None
-        try:
-            if in_tx:
-                self._count("pause:in-write-tx")
-            else:
-                others = [(zslot + i) % pool.size for i in range(1, pool.size)]
-                # the clock moves only with rescuers racing (their ops tell the checker
-                # it moved while the zombie was frozen): a silent jump would make the
-                # zombie's refusal look like one before expires
-                winner = self._probe(c, zop, "paused", slots=others, in_flight=True)
-        finally:
-            nemesis.thaw(pool, zslot)
-            th.join(pool.op_timeout_s + 5)
-        if pool.slots[zslot] is not zombie:  # replaced on the helper thread: redo it here
-            pool.replace(zslot)
-        if "error" in box:
-            raise box["error"]
-        landed = "in-write-tx" if in_tx else ("mid-op" if zop.complete_ns and zop.complete_ns > at_ns
-                                               else "after-op")
-        if landed != "in-write-tx":
-            self._count(f"pause:{landed}")
-        self._note("pause", at_ns=at_ns, slot=zslot, worker=zombie.id, task=c.task_id,
-                   delay_us=s.delay_us, landed=landed, expires=c.expires, op_index=zop.index)
-        self._note("resume", count=False, slot=zslot, worker=zombie.id)
-        rescued = winner.index if winner is not None else None
-        zop.extra["zombie"] = {"task": c.task_id, "expires": c.expires, "rescued_by": rescued,
-                               "landed": landed}
-        if landed == "in-write-tx":
-            return s
-        # the zombie, unaware, tries once more with its old token: refused, too
-        late = self._run([PlannedCall(slot=zslot, op="fulfill", args=self._holder_args(c, "fulfill", zslot),
-                                      agent=c.agent)])[0]
-        late.extra["zombie"] = {"task": c.task_id, "expires": c.expires, "rescued_by": rescued,
-                                "landed": "after resume"}
-        if winner is not None:
-            self._complete(winner)
-        return s
-
-    # -------------------------------------------------------------- orphan / zombie probe
-    def _orphaned(self, c: KnownClaim, observer: int) -> dict[str, Any] | None:
-        """``get`` the task: the store's view if ``c``'s lease is still on it, else None."""
-        if "get" not in self.capabilities or not ({"claim", "poll_next"} & self.capabilities):
-            return None
-        assert self.nemesis is not None  # only fault steps probe
-        g = self._timed_one(self.nemesis, observer, "get", "auditor", task_id=c.task_id)
-        v = g.value if g.type == OK else None
-        if not isinstance(v, dict) or v.get("status") != "CLAIMED":
-            return None
-        if v.get("claimed_by") not in (None, c.agent):
-            return None
-        return v
-
-    def _rescue_calls(self, c: KnownClaim, slots: list[int]) -> list[PlannedCall]:
-        """Rescuers claim the orphan by id, or — a poll-only queue — poll as its holder's
-        agent: the orphan is then whatever the queue must hand out once the lease is over."""
-        if "claim" in self.capabilities:
-            return [PlannedCall(slot=s, op="claim", args={"task_id": c.task_id}, agent=c.agent) for s in slots]
-        return [PlannedCall(slot=s, op="poll_next", args={}, agent=c.agent) for s in slots]
-
-    @staticmethod
-    def _took_other(o: Op, c: KnownClaim) -> bool:
-        """A poll that legitimately took another ready task: no evidence about the orphan."""
-        return (o.op == "poll_next" and o.type == OK and isinstance(o.value, dict)
-                and o.value.get("task_id") != c.task_id)
-
-    def _rescue_round(self, rescue: list[PlannedCall], c: KnownClaim,
-                      info: dict[str, Any], at: str) -> tuple[list[Op], bool]:
-        """One race of the rescuers. Ops that say something about the orphan (a claim of
-        it, a poll that got it or got nothing) carry ``extra["probe"]``, which the checker
-        judges per instant; a poll that took another task is marked ``probe_other``.
-        Returns (the orphan's winners, whether a poll took another task)."""
-        ops = self._run(rescue)
-        other = False
-        for o in ops:
-            if self._took_other(o, c):
-                o.extra["probe_other"] = {**info, "at": at}
-                other = True
-            else:
-                o.extra["probe"] = {**info, "at": at}
-        won = [o for o in ops if o.type == OK and o.value and not self._took_other(o, c)]
-        return won, other
-
-    def _probe(self, c: KnownClaim, holder_op: Op, cause: str,
-               slots: list[int] | None = None, *, in_flight: bool = False) -> Op | None:
-        """The dead (or frozen) holder's lease ends at ``expires``, not later: rescuers race
-        at ``expires - 1`` (nobody may win) and at ``expires`` (one must, attempts left).
-        Polling rescuers may first be handed other ready tasks: at ``expires`` they poll
-        again until one gets the orphan or a poll comes back empty (``DRAIN_ROUNDS`` at
-        most), so an empty poll while the orphan should be free is a late reclaim.
-        Without a lease on our clock the rescuers race once, now: the holder still holds.
-
-        ``in_flight``: the holder's call is frozen in flight (a pause). With no attempt left
-        the task would end ``TIMED_OUT`` at ``expires``, and the zombie's call, which may
-        read the clock only when woken, would be judged at the instant it was sent; so the
-        clock stays at ``expires - 1`` (where nobody may win and the zombie still holds).
-        Returns the winning claim, which then completes the task."""
-        size = self.pool.size
-        slots = slots if slots is not None else list(range(size))
-        slots = slots[:RESCUERS]
-        if not slots:
-            return None
-        view = self._orphaned(c, slots[0])
-        if view is None:
-            return None
-        rescue = self._rescue_calls(c, slots)
-        if c.expires is None:  # no expiry to probe: the model refuses any winner
-            ops = self._run(rescue)
-            for o in ops:
-                o.extra["rescue"] = {"task": c.task_id, "cause": cause, "lease": None,
-                                     "holder_op": holder_op.index}
-            return None
-        left = view.get("attempt", 1) < view.get("max_attempts", 1)
-        info = {"task": c.task_id, "expires": c.expires, "attempts_left": left, "cause": cause,
-                "holder_op": holder_op.index, "by": rescue[0].op}
-        winner = None
-        for at, t in (("expires-1", c.expires - 1), ("expires", c.expires)):
-            if at == "expires" and in_flight and not left:
-                break
-            if not self._set_clock(t):
-                if at == "expires-1":
-                    continue
-                at = "after-expires"
-            won, other = self._rescue_round(rescue, c, info, at)
-            for _ in range(DRAIN_ROUNDS if at != "expires-1" else 0):
-                if won or not other:
-                    break
-                won, other = self._rescue_round(rescue, c, info, at)
-            if won and at != "expires-1":
-                winner = won[0]
-        return winner
-
-    def _complete(self, winner: Op) -> None:
-        """The rescuer finishes the task it reclaimed (the lifecycle ends COMPLETED)."""
-        slot = self.pool.slot_of(winner.process)
-        token = winner.value["token"]
-        self._run([PlannedCall(slot=slot, op="fulfill", args={"task_id": winner.value["task_id"], "token": token,
-                                                 "result": {"rescued_by": winner.agent,
-                                                            "step": len(self.steps)}},
-                               agent=winner.agent)])
-
-    def _after_fault(self) -> None:
-        """Each task listed once with its accepted result; integrity ok; the WAL empties."""
-        caps = self.capabilities
-        if "inspect" in caps:
-            self._one(1, "inspect", "auditor")
-        if "wal-file" in caps:
-            self.integrity_check()
-            if "checkpoint" in caps:
-                self._checkpoint(reader=False)
+    def checkpoint(self, *, reader: bool) -> None:
+        """A TRUNCATE checkpoint, with or without an outside reader open."""
+        self._checkpoint(reader=reader)
 
     # one handler per step type (run_step dispatches on the step's type)
     _HANDLERS: dict[type, Callable[[Executor, Any], Step]] = {

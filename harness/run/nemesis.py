@@ -60,7 +60,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from harness.check.history import OK, Op
+from harness.check.history import INFO, OK, Op
 from harness.runtime.client import Worker, WorkerPool
 from harness.runtime.clock import SharedClock
 
@@ -296,12 +296,17 @@ class Nemesis:
         """One measured send -> store-call-start latency (the last 64 are kept)."""
         self.latency = (self.latency + [ns])[-64:]
 
-    def draw_delay_us(self, history: Iterable[Op]) -> int:
-        """A fresh kill or pause delay from the send of a fulfill, µs, drawn over the
-        measured windows: the pipe latency, then an accepted fulfill's store-call time
-        (the recent ones in ``history``)."""
-        calls = [o.complete_ns - o.invoke_ns for o in list(history)[-400:]
-                 if o.op == "fulfill" and o.type == OK and o.complete_ns]
+    def draw_delay_us(self, history: Iterable[Op], op: str = "fulfill") -> int:
+        """A fresh kill or pause delay from the send of an ``op`` call, µs, drawn over the
+        measured windows: the pipe latency, then an answered call's store-call time (the
+        recent ``op`` calls in ``history``; ``fulfill``'s while there are too few), so a
+        kill lands anywhere among the call's statements."""
+        recent = list(history)[-400:]
+        calls = [o.complete_ns - o.invoke_ns for o in recent
+                 if o.op == op and o.type != INFO and o.complete_ns]
+        if len(calls) < 3:
+            calls = [o.complete_ns - o.invoke_ns for o in recent
+                     if o.op == "fulfill" and o.type == OK and o.complete_ns]
         samples = []
         if len(self.latency) >= 3 and len(calls) >= 3:
             samples = [(lat, lat + self.rng.choice(calls))
@@ -311,6 +316,10 @@ class Nemesis:
     def draw_aim(self) -> str:
         """Where a kill aims (one of AIMS)."""
         return self.rng.choice(AIMS)
+
+    def draw_during(self, weights: dict[str, int]) -> str:
+        """The call a kill lands in, drawn by weight."""
+        return self.rng.choices(list(weights), list(weights.values()))[0]
 
     def draw_slot(self, size: int) -> int:
         """The worker slot of a fresh victim lease."""
