@@ -116,8 +116,24 @@ def race_at_expiry(targets: Sequence[T], race: Callable[[T, str], list[Op]],
     return out
 
 
+def integrity_op(pool: WorkerPool, history: History, clock: SharedClock, *,
+                 example: int | None = None, round_id: int | None = None) -> Op:
+    """``PRAGMA integrity_check`` in the pool's reader process (never a worker that loaded
+    the target), appended to ``history`` as an ``integrity_check`` op of the nemesis whose
+    ``extra["integrity"]`` the checker reads ("ok" or SQLite's list of problems)."""
+    t0 = time.monotonic_ns()
+    text = pool.integrity()
+    return history.append(Op(
+        index=history.next_index(), process=-1, agent="nemesis", op="integrity_check",
+        args={"pragma": "integrity_check"}, invoke_ns=t0, now=clock(),
+        complete_ns=time.monotonic_ns(), type=OK, value=text, example=example,
+        round=round_id, extra={"integrity": text}))
+
+
 class Steps(Protocol):
-    """What the fault runner needs of the executor that runs the other steps."""
+    """What the fault runner needs of the executor that runs the other steps (it is the
+    :class:`harness.run.executor.Executor`)."""
+
 
     pool: WorkerPool
     clock: SharedClock

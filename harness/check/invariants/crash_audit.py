@@ -7,13 +7,14 @@ and its closing ``checkpoint(TRUNCATE)`` with the measured ``-wal`` size in
 ``extra["wal_after"]``. A violation that the crash summary counts carries
 ``detail["tally"]``: the :class:`harness.tools.crash.Tally` field it adds ``detail.get("count", 1)`` to.
 
-No model here: the whole-history model misreads crash histories after rescues (the
-in-round checks of :mod:`harness.check.invariants.crash_rounds` name those rules).
+The campaign composes these with the fuzz checks (the model's per-object search
+included), so a crash history is judged by the same checker as a fuzz one.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from harness.check.history import INFO, OK, Op
@@ -146,8 +147,17 @@ class WalEmptied:
                 and (o.type != OK or o.extra["wal_after"])]
 
 
-def crash_invariants() -> list[Invariant]:
+# fuzz checks a crash's own say already (each would file the same finding twice): the
+# integrity text (integrity-ok; a crash records no probe or zombie), the emptied -wal
+# (wal-emptied), tokens issued once (no-token-twice), the final inspect (every task once)
+COVERED_BY_CRASH = frozenset({"fault-probes", "wal-rules", "tokens-issued-once",
+                              "inspect-shows-all"})
+
+
+def crash_invariants(shared: Sequence[Invariant] = ()) -> list[Invariant]:
     """Every check of a crash campaign, in the order its findings are reported: the
-    in-round judgements (:mod:`harness.check.invariants.crash_rounds`), then the audit."""
+    in-round judgements (:mod:`harness.check.invariants.crash_rounds`), the audit, then
+    ``shared`` (the fuzz checks: the model's per-object search included), less those the
+    crash's own cover (``COVERED_BY_CRASH``)."""
     return [*round_invariants(), EveryTaskCompletedOnce(), NoTokenTwice(), IntegrityOk(),
-            WalEmptied()]
+            WalEmptied(), *(i for i in shared if i.name not in COVERED_BY_CRASH)]

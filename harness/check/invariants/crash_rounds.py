@@ -12,7 +12,8 @@ Pure: each check reads the ops the campaign recorded, and the facts it marked on
 - ``extra[RESCUE]`` on the two rescuers' claims (or polls) racing for such an orphan, and on
   the winner's fulfill: :class:`Rescue`, as a dict.
 
-No model here: the whole-history model misreads crash histories after rescues.
+The model's per-object search judges the same history too (the crash's Checker composes
+both: :func:`harness.check.invariants.crash_audit.crash_invariants`).
 """
 
 from __future__ import annotations
