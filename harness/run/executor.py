@@ -172,7 +172,7 @@ class Executor:
             elif op.op == "acquire_lock" and op.value:
                 self.lock_expires = op.now + op.args["ttl_ms"]
 
-    def set_clock(self, target: int) -> bool:
+    def move_clock(self, target: int) -> bool:
         """Move time forward to ``target`` (never backwards: leases would un-expire)."""
         if target < self.clock():
             return False
@@ -324,14 +324,14 @@ class Executor:
             return s
         c = self.claim_ref(s.claim or 0)
         if c.expires is not None:  # None: the target's lease is not on the harness clock
-            self.set_clock(c.expires + (s.offset or 0))
+            self.move_clock(c.expires + (s.offset or 0))
         return s
 
     def _step_lock_race(self, s: LockRace) -> Step:
         if "acquire_lock" not in self.capabilities:
             return s
         if s.offset is not None and self.lock_expires is not None:
-            self.set_clock(self.lock_expires + s.offset)
+            self.move_clock(self.lock_expires + s.offset)
         owners = s.owners[: self.pool.size]
         self._run([PlannedCall(slot=i, op="acquire_lock", args={"name": LOCK_NAME, "owner": o, "ttl_ms": s.ttl_ms}, agent=o)
                    for i, o in enumerate(owners)])

@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
 
+from harness.check.annotations import Integrity, Killed, Probe, ProbeOther, Rescue, Zombie, mark
 from harness.check.history import FAIL, INFO, OK, History, Op
 from harness.run.nemesis import Nemesis, wait_until
 from harness.run.steps import Fault
@@ -120,14 +121,14 @@ def integrity_op(pool: WorkerPool, history: History, clock: SharedClock, *,
                  example: int | None = None, round_id: int | None = None) -> Op:
     """``PRAGMA integrity_check`` in the pool's reader process (never a worker that loaded
     the target), appended to ``history`` as an ``integrity_check`` op of the nemesis whose
-    ``extra["integrity"]`` the checker reads ("ok" or SQLite's list of problems)."""
+    :class:`~harness.check.annotations.Integrity` fact the checker reads ("ok" or SQLite's list of problems)."""
     t0 = time.monotonic_ns()
     text = pool.integrity()
-    return history.append(Op(
+    return history.append(mark(Op(
         index=history.next_index(), process=-1, agent="nemesis", op="integrity_check",
         args={"pragma": "integrity_check"}, invoke_ns=t0, now=clock(),
         complete_ns=time.monotonic_ns(), type=OK, value=text, example=example,
-        round=round_id, extra={"integrity": text}))
+        round=round_id), Integrity(text=text)))
 
 
 class Steps(Protocol):
@@ -146,7 +147,7 @@ class Steps(Protocol):
     def run_calls(self, calls: list[PlannedCall]) -> list[Op]: ...
     def claim_ref(self, ref: int) -> KnownClaim: ...
     def holder_args(self, c: KnownClaim, op: str, tag: int) -> dict[str, Any]: ...
-    def set_clock(self, target: int) -> bool: ...
+    def move_clock(self, target: int) -> bool: ...
     def integrity_check(self) -> Op: ...
     def checkpoint(self, *, reader: bool) -> None: ...
 
@@ -278,7 +279,7 @@ class FaultRunner:
                   new_worker=pool.slots[call.slot].id, aim=s.aim, delay_us=s.delay_us,
                   during=where, task=call.args.get("task_id"), landed=landed,
                   in_write_tx=killer.in_write_tx, op_index=op.index)
-        op.extra["killed"] = {"delay_us": s.delay_us, "in_write_tx": killer.in_write_tx}
+        mark(op, Killed(delay_us=s.delay_us, in_write_tx=killer.in_write_tx))
         return op, True, killer
 
     # -------------------------------------------------------------- victims
@@ -409,7 +410,7 @@ class FaultRunner:
                 agent=f"rescuer-{i}") for i, sl in enumerate(others)])
             return [o for o in ops if o.type == OK and o.value]
 
-        race_at_expiry([FAULT_LOCK], race, ex.set_clock, op.now + FAULT_LOCK_TTL_MS)
+        race_at_expiry([FAULT_LOCK], race, ex.move_clock, op.now + FAULT_LOCK_TTL_MS)
         return s
 
     # -------------------------------------------------------------- pauses
@@ -473,16 +474,15 @@ class FaultRunner:
                   delay_us=s.delay_us, landed=landed, expires=c.expires, op_index=zop.index)
         self.note("resume", count=False, slot=zslot, worker=zombie.id)
         rescued = winner.index if winner is not None else None
-        zop.extra["zombie"] = {"task": c.task_id, "expires": c.expires, "rescued_by": rescued,
-                               "landed": landed}
+        mark(zop, Zombie(task=c.task_id, expires=c.expires, rescued_by=rescued, landed=landed))
         if landed == "in-write-tx":
             return s
         # the zombie, unaware, tries once more with its old token: refused, too
         late = ex.run_calls([PlannedCall(slot=zslot, op="fulfill",
                                          args=ex.holder_args(c, "fulfill", zslot),
                                          agent=c.agent)])[0]
-        late.extra["zombie"] = {"task": c.task_id, "expires": c.expires, "rescued_by": rescued,
-                                "landed": "after resume"}
+        mark(late, Zombie(task=c.task_id, expires=c.expires, rescued_by=rescued,
+                          landed="after resume"))
         if winner is not None:
             self._complete(winner)
         return s
@@ -518,18 +518,18 @@ class FaultRunner:
     def _rescue_round(self, rescue: list[PlannedCall], c: KnownClaim,
                       info: dict[str, Any] | None, at: str) -> tuple[list[Op], bool]:
         """One race of the rescuers. Ops that say something about the orphan (a claim of
-        it, a poll that got it or got nothing) carry ``extra["probe"]``, which the checker
-        judges per instant; a poll that took another task is marked ``probe_other``.
+        it, a poll that got it or got nothing) carry a ``Probe``, which the checker judges
+        per instant; a poll that took another task a ``ProbeOther``.
         Returns (the orphan's winners, whether a poll took another task)."""
         ops = self.ex.run_calls(rescue)
         other = False
         for o in ops:
             if self._took_other(o, c):
                 if info is not None:
-                    o.extra["probe_other"] = {**info, "at": at}
+                    mark(o, ProbeOther(**info, at=at))
                 other = True
             elif info is not None:
-                o.extra["probe"] = {**info, "at": at}
+                mark(o, Probe(**info, at=at))
         won = [o for o in ops if o.type == OK and o.value and not self._took_other(o, c)]
         return won, other
 
@@ -562,12 +562,12 @@ class FaultRunner:
         if c.expires is None:  # no expiry to probe: the model refuses any winner
             ops = self.ex.run_calls(rescue)
             for o in ops:
-                o.extra["rescue"] = {"task": c.task_id, "cause": cause, "lease": None,
-                                     "holder_op": holder_op.index}
+                mark(o, Rescue(task=c.task_id, cause=cause, holder_op=holder_op.index))
             return None
         left = view.get("attempt", 1) < view.get("max_attempts", 1)
-        info = {"task": c.task_id, "expires": c.expires, "attempts_left": left, "cause": cause,
-                "holder_op": holder_op.index, "by": rescue[0].op} if certain else None
+        info: dict[str, Any] | None = {
+            "task": c.task_id, "expires": c.expires, "attempts_left": left, "cause": cause,
+            "holder_op": holder_op.index, "by": rescue[0].op} if certain else None
 
         def race(_task: str, at: str) -> list[Op]:
             won, other = self._rescue_round(rescue, c, info, at)
@@ -577,7 +577,7 @@ class FaultRunner:
                 won, other = self._rescue_round(rescue, c, info, at)
             return won
 
-        got = race_at_expiry([c.task_id], race, self.ex.set_clock, c.expires,
+        got = race_at_expiry([c.task_id], race, self.ex.move_clock, c.expires,
                              at_expires=not (in_flight and not left))
         won = got.won.get(c.task_id)
         return won[1] if won is not None else None

@@ -54,16 +54,17 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.check.checker import Checker, Violation, fuzz_invariants, invariant_status
-from harness.check.history import INFO, OK, History, Op
-from harness.check.invariants.crash_audit import FINAL_READ, crash_invariants
-from harness.check.invariants.crash_rounds import (
-    CAMPAIGN_ROUND,
-    KILLED_HOLDER,
-    RESCUE,
+from harness.check.annotations import (
+    CampaignRound,
+    FinalRead,
     KilledHolder,
     Rescue,
+    fact,
+    mark,
 )
+from harness.check.checker import Checker, Violation, fuzz_invariants, invariant_status
+from harness.check.history import INFO, OK, History, Op
+from harness.check.invariants.crash_audit import crash_invariants
 from harness.errors import ExitCode, HarnessError, TargetError
 from harness.report.schema import (
     Provenance,
@@ -279,7 +280,7 @@ class Crash:
             "max_attempts": MAX_ATTEMPTS, "payload": {"round": r, "slot": s}}, agent="client")
             for s in range(pool.size)], barrier=False)
         for o in ops:
-            o.extra[CAMPAIGN_ROUND] = r
+            mark(o, CampaignRound(number=r))
             if o.type == OK:
                 self.tasks.append(o.value)
                 self.unfinished.add(o.value)
@@ -296,7 +297,7 @@ class Crash:
         ops = self.run_round(calls, "claim", killer=self.killer_for(calls, "claim", plan),
                              barrier=not (plan and plan["phase"] == "claim"))
         for o in ops:
-            o.extra[CAMPAIGN_ROUND] = r
+            mark(o, CampaignRound(number=r))
         claims = [(pool.slot_of(o.process), o.value) for o in ops
                   if o.type == OK and o.value and f"w{o.process}" not in self.dead]
         # 2b. or one dies holding its fresh lease, between its claim and its fulfill
@@ -319,7 +320,7 @@ class Crash:
                              barrier=False)
         victim_fulfill = None
         for o in ops:
-            o.extra[CAMPAIGN_ROUND] = r
+            mark(o, CampaignRound(number=r))
             if o.type == OK:
                 self.unfinished.discard(o.args["task_id"])
             elif o.type == INFO:
@@ -328,9 +329,9 @@ class Crash:
             self.recover(r, at, victim_fulfill)
         self.judge()
 
-    def read(self, task_ids: list[str], mark: dict[str, Any]) -> dict[str, Op]:
-        """``get`` each task, W at a time on the live workers, each op marked with ``mark``
-        (its ``extra``); the gets that answered with a view, by task."""
+    def read(self, task_ids: list[str], facts: tuple[Any, ...]) -> dict[str, Op]:
+        """``get`` each task, W at a time on the live workers, each op marked with
+        ``facts``; the gets that answered with a view, by task."""
         reads: dict[str, Op] = {}
         size = self.pool.size
         for i in range(0, len(task_ids), size):
@@ -338,7 +339,8 @@ class Crash:
             ops = self.run_round([PlannedCall(slot=s, op="get", args={"task_id": tid}, agent="auditor")
                                   for s, tid in enumerate(chunk)], barrier=False)
             for o in ops:
-                o.extra.update(mark)
+                for f in facts:
+                    mark(o, f)
                 if o.type == OK and isinstance(o.value, dict):
                     reads[o.args["task_id"]] = o
         return reads
@@ -348,7 +350,7 @@ class Crash:
         """Read back every unfinished task (round ``r``, store instant ``at``); rescue this
         round's orphans at their expiry."""
         reads = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index),
-                          {CAMPAIGN_ROUND: r})
+                          (CampaignRound(number=r),))
         if victim_fulfill is not None:
             read = reads.get(victim_fulfill.args["task_id"])
             status = read.value.get("status") if read is not None else None
@@ -362,8 +364,7 @@ class Crash:
             if status == "COMPLETED":
                 self.unfinished.discard(tid)
             elif status == "CLAIMED" and o.value.get("claimed_by") in self.dead:
-                o.extra[KILLED_HOLDER] = asdict(KilledHolder(granted_at=at,
-                                                             exec_ttl_ms=self.cfg.exec_ttl_ms))
+                mark(o, KilledHolder(granted_at=at, exec_ttl_ms=self.cfg.exec_ttl_ms))
                 orphans.append(tid)
         if orphans:
             self.rescue(orphans, at + self.cfg.exec_ttl_ms)
@@ -374,7 +375,7 @@ class Crash:
         that very millisecond (:func:`harness.run.faults.race_at_expiry`: two live
         rescuers race for each orphan at ``expires - 1``, then at ``expires``); an orphan
         nobody got is tried again later (counted late), and if even ``expires + 100 *
-        exec_ttl_ms`` does not free it, it is lost (each race is marked ``extra[RESCUE]``;
+        exec_ttl_ms`` does not free it, it is lost (each race is marked with a ``Rescue`` fact;
         the Checker judges them)."""
         t, pool = self.t, self.pool
         ttl = self.cfg.exec_ttl_ms
@@ -385,14 +386,14 @@ class Crash:
 
         def race(tid: str, at: str) -> list[Op]:
             rescuers = self.rng.sample(range(pool.size), 2)
-            mark = asdict(Rescue(task=tid, expires=expires, race=races.get(tid, 0),
-                                 at=self.clock(), last=self.clock() >= later[-1]))
-            races[tid] = mark["race"] + 1
+            rescue = Rescue(task=tid, expires=expires, race=races.get(tid, 0), at=self.clock(),
+                            last=self.clock() >= later[-1])
+            races[tid] = rescue.race + 1
             ops = self.run_round([PlannedCall(slot=s, op="claim" if use_claim else "poll_next",
                                               args={"task_id": tid} if use_claim else {},
                                               agent=self.agent(s)) for s in rescuers])
             for o in ops:
-                o.extra[RESCUE] = mark
+                mark(o, rescue)
             won = [o for o in ops if o.type == OK and o.value]
             if at == "expires-1":
                 if won:
@@ -426,7 +427,9 @@ class Crash:
         [done] = self.run_round([PlannedCall(slot=slot, op="fulfill", args={
             "task_id": tid, "token": claim.value["token"],
             "result": {"by": claim.agent, "rescued": True}}, agent=claim.agent)])
-        done.extra[RESCUE] = claim.extra[RESCUE]
+        rescue = fact(claim, Rescue)
+        if rescue is not None:
+            mark(done, rescue)
         if done.type == OK:
             self.unfinished.discard(tid)
 
@@ -437,7 +440,7 @@ class Crash:
         for _ in range(10 + len(self.unfinished)):
             if not self.unfinished - self.lost:
                 return
-            reads = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index), {})
+            reads = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index), ())
             todo = []
             for tid, o in reads.items():
                 if o.value.get("status") == "COMPLETED":
@@ -471,9 +474,9 @@ class Crash:
         t, pool = self.t, self.pool
         if "inspect" in pool.capabilities:
             for o in self.run_round([PlannedCall(slot=0, op="inspect", args={}, agent="auditor")]):
-                o.extra[FINAL_READ] = True
+                mark(o, FinalRead())
         else:
-            self.read(self.tasks, {FINAL_READ: True})
+            self.read(self.tasks, (FinalRead(),))
         self.judge()  # the drain's ops, then the final read-back
         t.completed = len(self.tasks) - t.tasks_lost
         self.integrity()

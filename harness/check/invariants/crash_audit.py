@@ -1,7 +1,8 @@
 """The closing audit of a crash campaign (:mod:`harness.tools.crash`), as invariants.
 
 Pure: each check reads the crash's history. The campaign marks the ops of its final
-read-back (one ``inspect()``, or a ``get`` of every task) with ``extra[FINAL_READ]``,
+read-back (one ``inspect()``, or a ``get`` of every task) with a
+:class:`harness.check.annotations.FinalRead` fact,
 records ``PRAGMA integrity_check`` as an ``integrity_check`` op (its text as the value),
 and its closing ``checkpoint(TRUNCATE)`` with the measured ``-wal`` size in
 ``extra["wal_after"]``. A violation that the crash summary counts carries
@@ -17,13 +18,14 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from harness.check.annotations import FinalRead, has
 from harness.check.history import INFO, OK, Op
 from harness.check.invariant import Invariant, Violation, won_claims
 from harness.check.invariants.crash_rounds import round_invariants
 from harness.check.model import canonical
 from harness.check.runstate import RunState
 
-FINAL_READ = "final_read"  # extra key on the ops of the campaign's final read-back
+FINAL_READ = FinalRead.KEY  # the extra key of the final read-back (a FinalRead fact)
 
 
 def _lost(message: str, ops: list[int] | None = None, tally: str | None = None) -> Violation:
@@ -42,7 +44,7 @@ class EveryTaskCompletedOnce:
     sees_invalid_args = True
 
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
-        finals = [o for o in fresh if o.extra.get(FINAL_READ)]
+        finals = [o for o in fresh if has(o, FinalRead)]
         history = run.history
         if not finals or history is None:
             return []
@@ -107,7 +109,7 @@ class NoTokenTwice:
 
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
         history = run.history
-        if history is None or not any(o.extra.get(FINAL_READ) for o in fresh):
+        if history is None or not any(has(o, FinalRead) for o in fresh):
             return []
         tokens = Counter(o.value.get("token") for o in won_claims(history))
         twice = sum(1 for n in tokens.values() if n > 1)
