@@ -30,7 +30,7 @@ class Probe:
     attempts_left: bool  # the task may be claimed again once the lease is over
     cause: str  # "killed" or "paused"
     holder_op: int  # history index of the faulted holder's op
-    by: str  # the rescuers' op: "claim", or "poll_next" on a poll-only queue
+    by: str = "claim"  # the rescuers' op: "claim", or "poll_next" on a poll-only queue
     at: str  # "expires-1", "expires", "later" or "after-expires" (the clock had passed)
 
 
