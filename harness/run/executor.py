@@ -20,7 +20,7 @@ from typing import Any
 from harness.check.checker import Checker, Violation
 from harness.check.history import OK, History, Op
 from harness.run.faults import FaultRunner, KnownClaim, integrity_op
-from harness.run.hostile import HOSTILE_CASES
+from harness.run.hostile import hostile_call
 from harness.run.nemesis import Nemesis
 from harness.run.records import Stats, StepTrace
 from harness.run.steps import (
@@ -300,20 +300,8 @@ class Executor:
             c = self.claims[-1]
 
     def _step_hostile(self, s: Hostile) -> Step:
-        """One call with a hostile argument (see HOSTILE_CASES)."""
-        case = HOSTILE_CASES.get(s.case)
-        if case is None:
-            return s
-        op, make = case
-        if op not in self.capabilities:
-            return s
-        args = make(self)
-        if args is None:
-            return s
-        if op == "dispatch" and "dag" not in self.capabilities:
-            args.pop("depends_on", None)
-        agent = args.pop("_agent", "mallory")
-        self._one(1, op, agent, **args)
+        """One call with a hostile argument (:func:`harness.run.hostile.hostile_call`)."""
+        hostile_call(self, s.case)
         return s
 
     def _step_clock(self, s: Clock) -> Step:

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from harness.check.checker import Violation
-from harness.run.executor import HOSTILE_CASES, Executor
+from harness.run.executor import Executor
 from harness.run.faults import ANY_CALL
+from harness.run.hostile import HOSTILE_CASES
 from harness.run.steps import (
     RACES,
     Checkpoint,

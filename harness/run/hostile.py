@@ -6,13 +6,19 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from harness.check.history import Op
 from harness.run.faults import KnownClaim
+from harness.runtime.client import PlannedCall, WorkerPool
 
 
 class HasClaims(Protocol):
-    """What a case builder reads of the executor."""
+    """What a case builder reads of the executor, and how it runs the call."""
 
     claims: list[KnownClaim]
+    capabilities: set[str]
+    pool: WorkerPool
+
+    def run_calls(self, calls: list[PlannedCall]) -> list[Op]: ...
 
 
 def _holder_hostile(field: str, value: Any) -> Any:
@@ -55,3 +61,21 @@ HOSTILE_CASES: dict[str, tuple[str, Any]] = {
     "fulfill-non-json-result": ("fulfill", _holder_hostile("result", {1, 2})),
     "salvage-non-json-partial": ("salvage", _holder_hostile("partial", {3})),
 }
+
+
+def hostile_call(ex: HasClaims, name: str) -> Op | None:
+    """Run the case ``name`` once, if the target has its operation (and the case can be
+    built: a holder case needs a claim); the op, or None."""
+    case = HOSTILE_CASES.get(name)
+    if case is None:
+        return None
+    op, make = case
+    if op not in ex.capabilities:
+        return None
+    args = make(ex)
+    if args is None:
+        return None
+    if op == "dispatch" and "dag" not in ex.capabilities:
+        args.pop("depends_on", None)
+    agent = args.pop("_agent", "mallory")
+    return ex.run_calls([PlannedCall(slot=1 % ex.pool.size, op=op, args=args, agent=agent)])[0]

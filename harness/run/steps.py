@@ -81,7 +81,7 @@ class Holder(Scheduled):
 
 @dataclass(frozen=True, kw_only=True)
 class Hostile:
-    """One call with a hostile argument, named in ``executor.HOSTILE_CASES``."""
+    """One call with a hostile argument, named in ``hostile.HOSTILE_CASES``."""
 
     case: str  # the case's name
 
