@@ -12,6 +12,7 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from harness.check.history import FAIL, OK, Op
+from harness.report.protocol import read_hint
 from harness.report.schema import FuzzStats, Report, TraceStatement, ViolationReport
 from harness.report.story import build_story, clip, culprit_sentence, format_step, short_value
 
@@ -121,6 +122,7 @@ def _violation(n: int, v: ViolationReport) -> list[str]:
     out = [f"### {n}. `{inv_code}`", ""]
     if v.message:
         out += [_text(v.message), ""]
+    out += [f"The rule: {v.protocol} (installed with ferry: {read_hint(v.invariant)})", ""]
     if v.reproduced:
         out += [f"reproduced {_text(v.reproduced)}", ""]
     bad = set(v.ops)

@@ -1,4 +1,4 @@
-"""PNG plots for ``ferry-harness bench`` (needs matplotlib: ``pip install 'ferry[plots]'``).
+"""PNG plots for ``ferry-harness bench`` (needs matplotlib: ``pip install 'ferry-harness[plots]'``).
 
 Imported lazily by :mod:`harness.tools.bench.report`; without matplotlib the import fails
 and the bench writes its report without plots.

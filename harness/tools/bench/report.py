@@ -254,7 +254,7 @@ def write_report(result: dict[str, Any], report_dir: str) -> list[str]:
     try:  # by name at call time: matplotlib is optional, and a missing one is a note
         plots_mod = importlib.import_module("harness.tools.bench.plots")
     except ImportError as exc:  # matplotlib missing
-        note = (f"Plots skipped: {exc}. Install them with `pip install 'ferry[plots]'` and "
+        note = (f"Plots skipped: {exc}. Install them with `pip install 'ferry-harness[plots]'` and "
                 "re-run.")
     else:
         plots = plots_mod.write_plots(result, d)
