@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.tools.bench.targets import short_name
+from harness.tools.bench.targets import ferry_core_only, short_name
 
 MIB = 1 << 20
 WAL_BOUND_BYTES = 64 * MIB  # the harness's wal-bounded limit (harness/run/campaign.py)
@@ -98,9 +98,10 @@ def compare_table(result: dict[str, Any]) -> list[str]:
 
 
 def goal_table(result: dict[str, Any]) -> list[str]:
-    """Issue 19's goal, one row per checked run (empty when no run was at 1, 8 or 16)."""
+    """Issue 19's goal, one row per checked run (empty when no run was at 1, 8 or 16, and
+    for a bench of another store: the goal is ferry_core's, not a user's)."""
     goal = result.get("goal") or []
-    if not goal:
+    if not goal or not ferry_core_only(result):
         return []
     mark = {True: "✅", False: "❌"}
 
