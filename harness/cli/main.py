@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "130 interrupted.")
     replay.add_argument("report_dir", metavar="DIR",
                         help="a report directory written by fuzz, scenarios --report-dir, the "
-                        "pytest gate (ferry-reports/fuzz, ferry-reports/scenario/NAME) or crash "
+                        "pytest gate (ferry-reports/latest/fuzz, ferry-reports/latest/scenario/NAME) or crash "
                         "--report-dir (holds report.json or crash.json)")
     replay.add_argument("--tries", type=positive_int, default=10, help="how many runs (default 10)")
     replay.add_argument("--target", default=None, metavar="MODULE:FACTORY",
