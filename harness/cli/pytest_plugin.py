@@ -614,7 +614,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     store is opened once in two worker processes (never in this process)."""
     config = session.config
     st = settings_of(config)
-    if not st.target or hasattr(config, "workerinput") or config.option.collectonly:
+    if hasattr(config, "workerinput"):
+        return
+    _check_example_db(config)
+    if not st.target or config.option.collectonly:
         return
     import tempfile
 
@@ -629,6 +632,27 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                 pool.open(os.path.join(tmp, "probe.db"))
         except FerryError as exc:
             raise pytest.UsageError(f"{_raw(config, 'target')[1]} {st.target}: {exc}") from None
+
+
+def _check_example_db(config: pytest.Config) -> None:
+    """A ``--ferry-example-db`` that cannot be opened is a usage error before anything runs
+    (``github:`` specs are read when used, not here: no network at start)."""
+    import tempfile
+
+    # lazy: this plugin loads in every pytest session; the harness only when used
+    from harness.errors import ExampleDbError
+    from harness.run.example_db import ENV_VAR, open_example_db
+
+    text, where = _raw(config, "example_db")
+    if text is None and os.environ.get(ENV_VAR):
+        text, where = os.environ[ENV_VAR], f"${ENV_VAR}"
+    if not text or str(text).startswith("github:"):
+        return
+    with tempfile.TemporaryDirectory(prefix="ferry-db-") as tmp:
+        try:
+            open_example_db(str(text), os.path.join(tmp, "examples"))
+        except ExampleDbError as exc:
+            raise pytest.UsageError(f"{where}: {exc}") from None
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

@@ -59,6 +59,7 @@ USAGE = [
     (["--ferry-workers", "1"], "at least 2"),
     (["--ferry-mode", "fast"], "stress or schedule"),
     (["--ferry-seed", "-1"], "--ferry-seed"),
+    (["--ferry-example-db", "ftp://host/db"], "unknown example database"),
 ]
 
 
