@@ -184,19 +184,22 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
     load_factory(args.target)
     run_seed = args.seed if args.seed is not None else random_seed()
+    # examples outlive the per-run directories; the database is opened before any
+    # directory is made, so a bad --example-db leaves nothing behind
+    examples_under = args.report_dir if args.report_dir is not None else DEFAULT_REPORT_ROOT
+    database = _example_db(args.example_db, examples_under)
     if args.report_dir is not None:  # exactly there, as before
-        report_dir, examples_under = args.report_dir, args.report_dir
+        report_dir = args.report_dir
         check_report_dir(report_dir)
-    else:  # one directory per run, ``latest`` naming the newest; examples outlive runs
+    else:  # one directory per run, ``latest`` naming the newest
         report_dir = str(make_run_dir(DEFAULT_REPORT_ROOT, run_dir_name(run_seed)))
-        examples_under = DEFAULT_REPORT_ROOT
     budget = args.budget if args.budget is not None else (None if args.max_examples else 30.0)
     cfg = CampaignConfig(target=args.target, workers=args.workers, budget_s=budget,
                          max_examples=args.max_examples, seed=run_seed,
                          report_dir=report_dir, steps_per_example=args.steps,
                          faults=args.faults, mode=args.mode, op_timeout_s=args.op_timeout,
                          wal_bound_bytes=args.wal_bound,
-                         database=_example_db(args.example_db, examples_under))
+                         database=database)
     show, stop = _progress_printer(args.quiet)
     campaign = Campaign(cfg, progress=show)
     try:

@@ -94,13 +94,13 @@ def test_a_gate_with_a_bad_target_is_one_collection_error(project):
 def test_ini_settings_random_seed_progress_summary_and_run_directories(project):
     """One session from the ini file alone (no --ferry-workers: the fixtures default to 4),
     then one where the command line overrides it."""
-    _ini(project, ferry_target="ok:make", ferry_budget="6", ferry_no_scenarios="true")
+    _ini(project, ferry_target="ok:make", ferry_budget="3", ferry_no_scenarios="true")
     first = project.runpytest_subprocess("--hypothesis-show-statistics")
     out = first.stdout.str()
     assert first.ret == 0, out
     first.assert_outcomes(passed=2)  # the user's test + ferry::fuzz (no scenarios: ini)
     seed = int(re.search(r"ferry: target ok:make, seed (\d+) \(random", out).group(1))
-    assert re.search(r"ferry: ferry::fuzz \w+ \d+/6s examples=\d+", out), "no progress line"
+    assert re.search(r"ferry: ferry::fuzz \w+ \d+/3s examples=\d+", out), "no progress line"
     summary = re.search(r"ferry::fuzz: PASS — (\d+) examples, (\d+) race rounds.*"
                         r"invariants (\d+) checked", out)
     assert summary and int(summary.group(1)) > 0, out
@@ -112,15 +112,15 @@ def test_ini_settings_random_seed_progress_summary_and_run_directories(project):
     assert latest.is_symlink() and re.fullmatch(rf"run-\d{{8}}T\d{{6}}Z-seed{seed}",
                                                 os.readlink(latest))
     report = json.loads((latest / "fuzz" / "report.json").read_text())
-    assert report["seed"] == seed and report["budget"]["budget_s"] == 6
+    assert report["seed"] == seed and report["budget"]["budget_s"] == 3
 
     _ini(project, ferry_target="ok:make", ferry_budget="6", ferry_no_scenarios="true",
          ferry_seed="5")
-    second = project.runpytest_subprocess("-q", "--ferry-seed", "7", "--ferry-budget", "2",
+    second = project.runpytest_subprocess("-q", "--ferry-seed", "7", "--ferry-budget", "1",
                                           "-k", "fuzz")
     assert second.ret == 0, second.stdout.str()
     assert "ferry::fuzz" not in second.stdout.str().split("= ferry =")[0], "progress under -q"
     runs = sorted(p.name for p in (project.path / "ferry-reports").glob("run-*"))
     assert len(runs) == 2 and runs[1].endswith("-seed7") and os.readlink(latest) == runs[1]
     report = json.loads((latest / "fuzz" / "report.json").read_text())
-    assert report["seed"] == 7 and report["budget"]["budget_s"] == 2
+    assert report["seed"] == 7 and report["budget"]["budget_s"] == 1

@@ -56,8 +56,8 @@ def figures(monkeypatch):
 
 def test_bench_of_a_users_store_is_quiet_about_the_projects_goal(tmp_path, capsys, figures):
     out_dir = tmp_path / "bench"
-    rc = main(["bench", "--target", f"{USER},ferry_core:LeaseStore", "--workers", "1,2",
-               "--tasks", "40", "--report-dir", str(out_dir)])
+    rc = main(["bench", "--target", f"{USER},ferry_core:LeaseStore", "--workers", "2",
+               "--tasks", "20", "--report-dir", str(out_dir)])
     assert rc == 0
     captured = capsys.readouterr()
     assert "goal (" not in captured.out, "the project's own goal, printed for a user's store"
