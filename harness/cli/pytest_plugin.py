@@ -117,6 +117,7 @@ def _parse_settings(config: pytest.Config) -> Settings:
     """Every ferry setting, checked: a bad one raises :class:`pytest.UsageError` (exit 4)."""
     import argparse
 
+    # lazy: this plugin loads in every pytest session; the harness only when used
     from harness.cli.args import positive_int, positive_seconds, random_seed, seed
 
     def conv(name: str, fn: Callable[[str], Any]) -> Any:
@@ -298,7 +299,7 @@ class FerryItem(pytest.Item):
         if hung is not None:  # every further run would only wait out the same hang
             raise FerryViolation("liveness", f"not run: the target hung in {hung} (see that "
                                  "item's report); a hanging target fails the whole gate", None)
-        from harness.errors import FerryError
+        from harness.errors import FerryError  # lazy: as above
 
         try:
             if self.kind == "scenario":
