@@ -41,7 +41,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
 
 def run(project: pytest.Pytester, *args: str):
     return project.runpytest_subprocess("-q", "--ferry-budget", "6", "--ferry-workers", "3",
-                                        "-p", "no:randomly", *args)
+                                        "--ferry-seed", "0", "-p", "no:randomly", *args)
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
