@@ -66,6 +66,7 @@ from harness.check.checker import Checker, Violation, fuzz_invariants, invariant
 from harness.check.history import INFO, OK, History, Op
 from harness.check.invariants.crash_audit import crash_invariants
 from harness.errors import ExitCode, HarnessError, TargetError
+from harness.report.paths import json_text
 from harness.report.schema import (
     Provenance,
     Report,
@@ -540,7 +541,7 @@ def write_report(rep: Report, history: History, report_dir: str) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     command = crash_command(dict(rep.config or {}))
     rep = replace(rep, replay=f"ferry-harness replay {d}", command=command)
-    (d / "crash.json").write_text(json.dumps(report_to_json(rep), indent=2, default=str) + "\n")
+    (d / "crash.json").write_text(json_text(report_to_json(rep)))
     (d / "history.jsonl").write_text(history.to_jsonl(), encoding="utf-8")
     (d / "crash.md").write_text("# ferry crash campaign\n\n```\n"
                                 + "\n".join(summary_lines(rep, d))
