@@ -76,6 +76,9 @@ def reports(adapter_budget: float = ADAPTER_BUDGET_S) -> list[Regenerated]:
         # stores compared in one run (reports/bench/compare/report.md)
         _bench("reports/bench/compare", "--target", PEERS, "--workers", "1,8,16", "--strategy",
                "cas", "--busy-policy", "hybrid", "--tasks", "5000", "--repeat", "3"),
+        # contention: the same-SQL ceiling beside ferry_core (reports/bench/contention/report.md)
+        _bench("reports/bench/contention", "--workers", "1,2,8,16", "--strategy", "cas",
+               "--busy-policy", "hybrid", "--tasks", "10000", "--repeat", "3"),
     ]
 
 

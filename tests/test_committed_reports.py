@@ -72,6 +72,17 @@ def test_a_committed_report_was_made_with_its_documented_arguments(rep):
         assert got == want, f"{path.relative_to(ROOT)} was not made by `python {' '.join(argv)}`"
 
 
+#: Reports made before reports recorded which ferry made them. Regenerating them needs a
+#: quiet machine (the matrix about 3 h, the bench about 15 min), which the session that added
+#: this check did not have; each stays listed, by name, until it is regenerated — and an entry
+#: whose report now records its ferry fails below, so the list can only shrink.
+NOT_YET_REGENERATED = frozenset({
+    "reports/matrix/precision.json", "reports/matrix/recall.json", "reports/matrix/budget.json",
+    "reports/bench/bench.json", "reports/bench/goal/bench.json",
+    "reports/bench/compare/bench.json", "reports/bench/contention/bench.json",
+})
+
+
 def test_every_committed_report_records_ferry_version_and_commit():
     bad = []
     for rep in REPORTS:
@@ -79,6 +90,10 @@ def test_every_committed_report_records_ferry_version_and_commit():
             data = json.loads(path.read_text())
             prov = _provenance(data)
             name = str(path.relative_to(ROOT))
+            if name in NOT_YET_REGENERATED:
+                if prov:
+                    bad.append(f"{name}: regenerated; take it off NOT_YET_REGENERATED")
+                continue
             if not prov or not prov.get("version") or not prov.get("commit"):
                 bad.append(f"{name}: no ferry version and commit")
             elif prov.get("dirty") != "no":
