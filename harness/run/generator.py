@@ -113,22 +113,25 @@ class FerryMachine(RuleBasedStateMachine):
           same_name=st.booleans(), op=st.sampled_from(HOLDER_DRAWS),
           who=st.sampled_from(["holder", "holder", "impersonator", "forged", "other-agent"]),
           race=st.sampled_from([1, 2, 4]), offset=st.sampled_from([None, None, -1, 0, 1]),
-          data=st.data())
-    def lifecycle(self, for_agent, ettl, same_name, op, who, race, offset, data):
-        """The common path, in one rule: dispatch, k claimers race, then a holder op —
-        maybe at a lease boundary, maybe by an impersonator, maybe k racers with one token."""
+          window=st.sampled_from([None, None, None, -1, 0, 1]), data=st.data())
+    def lifecycle(self, for_agent, ettl, same_name, op, who, race, offset, window, data):
+        """The common path, in one rule: dispatch, k claimers race (maybe at the queue
+        window's end), then a holder op — maybe at a lease boundary, maybe by an
+        impersonator, maybe k racers with one token."""
         self._do(Dispatch(target_agent=for_agent, queue_ttl_ms=10_000, exec_ttl_ms=ettl,
                           max_attempts=2))
-        self._do(RaceClaim(task=0, agents=agents_for(self._k(data), same_name)))
+        self._do(RaceClaim(task=0, agents=agents_for(self._k(data), same_name), window=window))
         if self.ex.claims:
             if offset is not None:
                 self._do(Clock(claim=0, offset=offset))
             self._do(Holder(claim=0, op=op, who=who, race=race))
 
     @precondition(lambda self: self.ex.tasks)
-    @rule(task=st.integers(0, 40), same_name=st.booleans(), data=st.data())
-    def race_claim(self, task, same_name, data):
-        self._do(RaceClaim(task=task, agents=agents_for(self._k(data), same_name)))
+    @rule(task=st.integers(0, 40), same_name=st.booleans(),
+          window=st.sampled_from([None, None, -1, 0, 1]), data=st.data())
+    def race_claim(self, task, same_name, window, data):
+        """k claimers race for one task, maybe at its queue window's end -1 / 0 / +1."""
+        self._do(RaceClaim(task=task, agents=agents_for(self._k(data), same_name), window=window))
 
     @rule(same_name=st.booleans(), data=st.data())
     def race_poll(self, same_name, data):
