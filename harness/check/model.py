@@ -9,6 +9,9 @@ The model is lenient exactly where SPEC leaves freedom to a store and strict els
   for ferry_core, but the safety property is "refused and nothing changed");
 - expiry is lazy (PROTOCOL.md#leases-are-half-open): after a lease ended, the first holder call may see
   ``LeaseExpired`` (row not yet swept) or ``WrongState`` (already swept);
+- a re-queued task's new window may start anywhere from the lease's end to the instant
+  the expiry is applied (PROTOCOL.md#queued_at-after-a-lease-expiry): ``queued_at`` is a range
+  until claims and reads narrow it;
 - inside one partition (a task) the model cannot see dependencies, so a task with
   dependencies may be FAILED by cascade at any moment while SUBMITTED; ``dag-order``
   checks dependencies across tasks.
@@ -416,7 +419,7 @@ def bad_arguments(op: Op, cfg: ModelConfig | None = None) -> str | None:
                 continue
             # no upper bound: a TTL >= 2**62 may be refused or accepted (PROTOCOL.md#limits)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                return f"{key} {v!r} is not a positive integer (PROTOCOL.md#dispatch)"
+                return f"{key} {v!r} is not a positive integer (PROTOCOL.md#limits)"
         deps = a.get("depends_on", ())
         if deps is not None and (isinstance(deps, (str, bytes))
                                  or not isinstance(deps, (list, tuple))):
