@@ -118,8 +118,9 @@ class FerryMachine(RuleBasedStateMachine):
         """The common path, in one rule: dispatch, k claimers race (maybe at the queue
         window's end), then a holder op — maybe at a lease boundary, maybe by an
         impersonator, maybe k racers with one token."""
-        self._do(Dispatch(target_agent=for_agent, queue_ttl_ms=10_000, exec_ttl_ms=ettl,
-                          max_attempts=2))
+        # a short window when aiming at its end, so the jump leaves other windows open
+        self._do(Dispatch(target_agent=for_agent, queue_ttl_ms=10_000 if window is None else 60,
+                          exec_ttl_ms=ettl, max_attempts=2))
         self._do(RaceClaim(task=0, agents=agents_for(self._k(data), same_name), window=window))
         if self.ex.claims:
             if offset is not None:
