@@ -586,7 +586,7 @@ def _window_seen(st: TaskState, view: dict[str, Any], status: str, now: int) -> 
     applied SUBMITTED row says the window is open, a TIMED_OUT one that it is over."""
     if st.status != SUBMITTED or st.queued_hi is None:
         return st
-    if status == TIMED_OUT:
+    if status == TIMED_OUT and view.get("status") in (SUBMITTED, TIMED_OUT):
         return st.window_at(now, False) or st
     if view.get("status") != SUBMITTED or view.get("is_logically_expired"):
         return st  # the expiry is not applied yet: nothing is pinned
