@@ -31,7 +31,10 @@ CHECKPOINT_MODES = ("PASSIVE", "FULL", "RESTART", "TRUNCATE")
 STRATEGIES = ("cas", "immediate")
 WAL_LIMIT_BYTES = 8 << 20  # reset the WAL past this; the stated bound is 8x (64 MiB)
 WAL_CHECK_EVERY = 32  # committed writes between two looks at the -wal size
-WAL_RESTART_WAIT_MS = 20  # how long the TRUNCATE checkpoint may wait for readers to finish
+WAL_RETRY_EVERY = 4  # ... and between two tries of a reset that found the lock busy
+#: how long the resetting TRUNCATE may wait, through SQLite's busy handler, for the write
+#: lock and then (holding it) for readers; every other writer waits that long at most
+WAL_RESET_WAIT_MS = 3
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _VIEW_COLUMNS = """
@@ -103,6 +106,11 @@ def _token_eq(stored: str | None, given: str | None) -> int:
     return int(hmac.compare_digest(stored.encode(), given.encode()))
 
 
+#: The SQL functions every store connection registers (name -> (arguments, callable)): the
+#: statements call them, so anything that replays those statements registers them too.
+SQL_FUNCTIONS: dict[str, tuple[int, Any]] = {"ferry_token_eq": (2, _token_eq)}
+
+
 def _check_openable(path: str) -> None:
     """Refuse, before SQLite touches anything, paths that cannot be (or are not) our store."""
     if path == ":memory:" or path.startswith("file:"):
@@ -163,6 +171,7 @@ class LeaseStore:
         self._claim_attempts = self._claim_misses = self._claim_empty = 0  # see claim_stats
         self._claimed_last = False  # this instance's last poll claimed: see poll_next
         self._own_checkpoints = False  # automatic checkpoint off, see _bound_wal
+        self._reset_pending = False  # the last reset found the lock busy: retry soon
         if isinstance(busy_policy, str) and busy_policy not in POLICIES:
             raise errors.InvalidArgument(  # before the file is created or touched
                 f"busy_policy must be one of {sorted(POLICIES)}, got {busy_policy!r}")
@@ -224,7 +233,8 @@ class LeaseStore:
             raise errors.StoreError(f"cannot use {self.path!r} as a ferry store: {exc}") from None
         self._busy = make_busy_policy(busy_policy, conn, self.busy_timeout_ms)
         self._writing = getattr(self._busy, "writing", nullcontext)
-        conn.create_function("ferry_token_eq", 2, _token_eq, deterministic=True)
+        for fname, (nargs, fn) in SQL_FUNCTIONS.items():
+            conn.create_function(fname, nargs, fn, deterministic=True)
         return conn
 
     @staticmethod
@@ -238,6 +248,23 @@ class LeaseStore:
             if sqlite3.complete_statement(buf):
                 conn.execute(buf)
                 buf = ""
+
+    #: PRAGMAs of this store's connection that shape how its statements run (the busy
+    #: handler aside); see ``connection_settings``
+    SETTINGS = ("journal_mode", "synchronous", "foreign_keys", "journal_size_limit",
+                "cache_size", "mmap_size", "temp_store")
+
+    def connection_settings(self) -> dict[str, int | str]:
+        """The values of ``SETTINGS`` on this store's connection, read back from SQLite:
+        what a tool that replays the store's statements opens its own connections with."""
+        return {name: self._rows(f"PRAGMA {name}")[0][0] for name in self.SETTINGS}
+
+    def set_trace_callback(self, callback: Any) -> None:
+        """Report every SQL statement this store's connection runs to ``callback(sql)``
+        (``sqlite3.Connection.set_trace_callback``; None stops it): for tools that count
+        or replay the store's statements. SQLite reports a statement again for every
+        trigger program it runs."""
+        self._conn.set_trace_callback(callback)
 
     def close(self) -> None:
         """Close the connection; the store is unusable afterwards."""
@@ -300,9 +327,11 @@ class LeaseStore:
         """Count a committed write; every so often keep the WAL bounded (see _bound_wal)."""
         self._writes += 1
         if self._writes % WAL_CHECK_EVERY == 0:
-            self._bound_wal()
+            self._bound_wal(retry=False)
+        elif self._reset_pending and self._writes % WAL_RETRY_EVERY == 0:
+            self._bound_wal(retry=True)
 
-    def _bound_wal(self) -> None:
+    def _bound_wal(self, retry: bool) -> None:
         """Reset the WAL once it passes ``wal_limit_bytes``.
 
         SQLite's automatic checkpoint is PASSIVE: with several processes writing all the
@@ -314,29 +343,41 @@ class LeaseStore:
 
         So the first time the WAL passes ``wal_limit_bytes`` (the automatic checkpoint is
         evidently not keeping up), this connection turns its automatic checkpoint off and
-        from then on checkpoints itself: a TRUNCATE once the file passes half the limit.
-        TRUNCATE waits (briefly, through the busy handler) for readers, restarts the WAL
-        and cuts the file to zero bytes at once, so the file size stays a true measure of
-        the WAL and the next process to look does not checkpoint again. One process alone
-        never gets there (the automatic checkpoint resets its WAL at ~4 MiB) and keeps
-        SQLite's cheaper passive checkpoints.
+        from then on checkpoints itself once the file passes half the limit, in two steps:
+
+        1. PASSIVE: copies the WAL into the database and syncs both, without the write
+           lock: the other processes go on writing; only this call pays for it.
+        2. TRUNCATE: takes the write lock, copies the few frames committed meanwhile,
+           restarts the WAL and cuts the file to zero bytes (so the file size stays a true
+           measure and the next process to look does not checkpoint again). It holds the
+           write lock while it waits for readers, so it waits at most
+           ``WAL_RESET_WAIT_MS`` (for the lock, then for readers); when that is not
+           enough it gives up and is tried again ``WAL_RETRY_EVERY`` writes later
+           (``retry``: step 2 alone), not after another ``WAL_CHECK_EVERY``.
+
+        One process alone never gets there (the automatic checkpoint resets its WAL at
+        ~4 MiB) and keeps SQLite's cheaper passive checkpoints.
         """
         try:
             size = os.path.getsize(self.path + "-wal")
             if size <= (self.wal_limit_bytes // 2 if self._own_checkpoints
                         else self.wal_limit_bytes):
+                self._reset_pending = False
                 return
             if not self._own_checkpoints:
                 self._conn.execute("PRAGMA wal_autocheckpoint=0")
                 self._own_checkpoints = True
+            if not retry:
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             before = self._conn.execute("PRAGMA busy_timeout").fetchall()[0][0]
-            self._conn.execute(f"PRAGMA busy_timeout={WAL_RESTART_WAIT_MS}")  # readers are short
+            self._conn.execute(f"PRAGMA busy_timeout={WAL_RESET_WAIT_MS}")
             try:
-                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                busy = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0][0]
             finally:
                 self._conn.execute(f"PRAGMA busy_timeout={before}")
+            self._reset_pending = bool(busy)
         except (OSError, sqlite3.Error):
-            pass  # busy: another process is checkpointing, or readers linger; next time
+            self._reset_pending = True  # busy: another process is checkpointing; soon again
 
     def _now(self) -> int:
         now = self.clock()

@@ -1,23 +1,34 @@
 """The precision and recall matrix: correct stores × 0 violations, broken stores × their name.
 
-    python -m tests.matrix                      # 3 seeds × 30 s, both modes (about 40 min)
+    python -m tests.matrix                      # 3 seeds × 30 s, both modes (about 3 h)
     python -m tests.matrix --budget 5 --seeds 0 # a quick look
+    python -m tests.matrix --only combos        # the configurable pairwise combos (about 2 h)
 
 Every run is a real ``ferry-harness fuzz`` process, as a user would start it; two run at a
-time. Writes ``reports/matrix/matrix.md`` and ``matrix.json`` (the README's table).
+time. Writes, in ``--out`` (``reports/matrix``), one JSON per table — ``precision.json``,
+``recall.json``, ``budget.json``: the ferry version and commit that ran it, the command,
+every run — and ``matrix.md`` rendered from the JSON files there (``--only`` rewrites one
+table's JSON and re-renders; ``--render`` only re-renders). Each run's report directory
+goes to ``--runs-dir`` (a fresh temporary directory by default), not into ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from harness.runtime.provenance import provenance
+
+KINDS = ("precision", "recall", "budget")  # one JSON file per table, in this order
 
 # correct stores: every one must pass (name -> target)
 CORRECT: dict[str, str] = {
@@ -28,6 +39,14 @@ CORRECT: dict[str, str] = {
     "minimal_slow": "tests.variants.minimal_slow:make_store",
     "two_conn_slow30": "tests.variants.two_conn_slow30:make_store",
 }
+
+
+def combo_targets() -> dict[str, str]:
+    """The configurable store's pairwise covering array (tests/variants/configurable.py):
+    every pair of choices of any two freedom/capability switches in some combo."""
+    from tests.variants.configurable import COMBOS
+
+    return {f"configurable/{name}": f"tests.variants.configurable:{name}" for name in COMBOS}
 
 
 # the budget promise (a slow, blocking or hanging store ends on time with a report)
@@ -81,15 +100,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (0,1,2)")
     parser.add_argument("--modes", default="stress,schedule", help="modes for correct stores")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (2)")
-    parser.add_argument("--only", choices=("precision", "recall", "budget"), default=None)
+    parser.add_argument("--only", choices=("precision", "combos", "recall", "budget"),
+                        default=None, help="one part (precision includes the combos)")
     parser.add_argument("--out", default="reports/matrix", help="output directory")
+    parser.add_argument("--runs-dir", default=None,
+                        help="where each run's report directory goes (default: a new temp dir)")
+    parser.add_argument("--render", action="store_true",
+                        help="run nothing: re-render matrix.md from the JSON files in --out")
     args = parser.parse_args(argv)
+    if args.render:
+        (Path(args.out) / "matrix.md").write_text(render_dir(Path(args.out)))
+        return 0
+    command = ["python", "-m", "tests.matrix", *(sys.argv[1:] if argv is None else argv)]
+    runs_dir = Path(args.runs_dir or tempfile.mkdtemp(prefix="ferry-matrix-runs-"))
     seeds = [int(s) for s in args.seeds.split(",")]
     modes = args.modes.split(",")
     out = Path(args.out)
     runs: list[tuple[str, str, str, str, int, str | None, tuple[str, ...]]] = []
     if args.only in (None, "precision"):
         runs += [("precision", name, t, m, s, None, ()) for name, t in CORRECT.items()
+                 for m in modes for s in seeds]
+    if args.only in (None, "precision", "combos"):
+        runs += [("precision", name, t, m, s, None, ()) for name, t in combo_targets().items()
                  for m in modes for s in seeds]
     if args.only in (None, "budget"):
         runs += [("budget", name, t, m, s, None, ()) for name, t in BUDGET.items()
@@ -100,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def one(run: tuple[str, str, str, str, int, str | None, tuple[str, ...]]) -> dict[str, Any]:
         kind, name, target, mode, seed, want, faults = run
-        d = out / "runs" / f"{name.replace('/', '_')}-{mode}-{seed}"
+        d = runs_dir / f"{name.replace('/', '_')}-{mode}-{seed}"
         rep = fuzz(target, mode=mode, seed=seed, budget=args.budget, out=d, faults=faults)
         first = rep["violations"][0] if rep.get("violations") else None
         row = {"kind": kind, "name": name, "mode": mode, "seed": seed, "want": want,
@@ -111,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                "reproduced": first.get("reproduced") if first else None,
                "examples": rep.get("stats", {}).get("examples"),
                "seconds": rep.get("stats", {}).get("seconds"), "wall_s": rep["wall_s"],
-               "exit_code": rep["exit_code"]}
+               "exit_code": rep["exit_code"], "ferry_commit": (rep.get("ferry") or {}).get("commit")}
         print(f"{kind:9} {name:34} {mode:8} seed {seed}: {row['verdict']} "
               f"{row['named'] or ''} {row['detect_s'] or ''} wall {row['wall_s']}s", flush=True)
         return row
@@ -119,15 +151,41 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(one, runs))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "matrix.json").write_text(json.dumps({"budget_s": args.budget, "seeds": seeds,
-                                                 "rows": rows}, indent=2) + "\n")
-    md = render(rows, args.budget, seeds)
+    for kind in KINDS:
+        mine = [r for r in rows if r["kind"] == kind]
+        if mine:
+            (out / f"{kind}.json").write_text(json.dumps(
+                {"ferry": provenance(), "command": command, "budget_s": args.budget,
+                 "seeds": seeds, "modes": modes, "rows": mine}, indent=2) + "\n")
+    md = render_dir(out)
     (out / "matrix.md").write_text(md)
     print(md)
+    print(f"each run's report: {runs_dir}")
     bad = [r for r in rows if (r["kind"] == "precision" and r["verdict"] != "pass")
            or (r["kind"] == "recall" and r["named"] != r["want"])
            or (r["kind"] == "budget" and r["wall_s"] > args.budget * 1.1 + 10)]
     return 1 if bad else 0
+
+
+def render_dir(out: Path) -> str:
+    """``matrix.md`` from the table JSON files in ``out``, with where each came from."""
+    tables = {k: json.loads((out / f"{k}.json").read_text()) for k in KINDS
+              if (out / f"{k}.json").exists()}
+    if not tables:
+        raise SystemExit(f"no {', '.join(k + '.json' for k in KINDS)} in {out}")
+    rows = [r for t in tables.values() for r in t["rows"]]
+    first = next(iter(tables.values()))
+    lines = [render(rows, first["budget_s"], first["seeds"]).rstrip("\n"), "", "## Provenance", "",
+             "| table | ferry | commit | command |", "| --- | --- | --- | --- |"]
+    for kind, t in tables.items():
+        ferry = t.get("ferry") or {}
+        commit = ferry.get("commit") or "not recorded"
+        if ferry.get("dirty") == "yes":
+            commit += " (uncommitted changes)"
+        command = f"`{' '.join(t['command'])}`" if t.get("command") else "not recorded"
+        lines.append(f"| {kind}.json | {ferry.get('version') or 'not recorded'} | {commit} | "
+                     f"{command} |")
+    return "\n".join(lines) + "\n"
 
 
 def render(rows: list[dict[str, Any]], budget: float, seeds: list[int]) -> str:
@@ -138,6 +196,9 @@ def render(rows: list[dict[str, Any]], budget: float, seeds: list[int]) -> str:
              "| store | mode | runs | violations | examples (median) | wall s (max) |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     prec = [r for r in rows if r["kind"] == "precision"]
+    combos = sorted({r["name"] for r in prec if r["name"].startswith("configurable/")})
+    if combos:
+        lines[-2:-2] = [combo_summary(combos, [r for r in prec if r["name"] in combos]), ""]
     for key in sorted({(r["name"], r["mode"]) for r in prec}):
         rs = [r for r in prec if (r["name"], r["mode"]) == key]
         fails = [r for r in rs if r["verdict"] != "pass"]
@@ -181,6 +242,21 @@ def render(rows: list[dict[str, Any]], budget: float, seeds: list[int]) -> str:
             reps = " ".join(str(r["reproduced"]) for r in rs)
             lines.append(f"| {name} | {rs[0]['want']} | {named} ({ok}/{len(rs)}) | {med} | {reps} |")
     return "\n".join(lines) + "\n"
+
+
+def combo_summary(names: list[str], rows: list[dict[str, Any]]) -> str:
+    """One paragraph: how many combos of how many switches ran, and what failed."""
+    from tests.covering import covered
+    from tests.variants.configurable import COMBOS, SWITCHES, meaningful
+
+    cfgs = [COMBOS[n.split("/", 1)[1]] for n in names]
+    pairs = set().union(*(covered(dataclasses.asdict(c), pivot="caps", meaningful=meaningful)
+                          for c in cfgs))
+    bad = sum(r["verdict"] != "pass" for r in rows)
+    return (f"The configurable store (`tests/variants/configurable.py`): {len(names)} "
+            f"combinations of {len(SWITCHES)} switches covering {len(pairs)} pairs of "
+            f"choices, {len(rows)} runs, {bad} with a violation "
+            "(`python -m tests.variants.configurable` lists each combo's switches).")
 
 
 if __name__ == "__main__":

@@ -20,12 +20,16 @@ from collections.abc import Iterable, Sequence
 
 from harness.check.history import History, Op
 from harness.check.invariant import (
+    GENERIC,
     INVARIANTS,
     NEEDS,
+    ROBUSTNESS,
     Invariant,
     Violation,
     first_fact_first,
+    invariant_kind,
     invariant_status,
+    rank,
     refusals,
 )
 from harness.check.invariants.dag import DependenciesFirst, FailureCascades
@@ -41,9 +45,9 @@ from harness.check.ops import FEATURES, PROTOCOL
 from harness.check.runstate import HOSTILE_OPS, RunState
 from harness.errors import HarnessError
 
-__all__ = ["INVARIANTS", "NEEDS", "Checker", "Invariant", "Violation", "first_fact_first",
-           "full_capabilities", "fuzz_invariants", "invariant_status", "judge_history",
-           "refusals"]
+__all__ = ["GENERIC", "INVARIANTS", "NEEDS", "ROBUSTNESS", "Checker", "Invariant", "Violation",
+           "first_fact_first", "full_capabilities", "fuzz_invariants", "invariant_kind",
+           "invariant_status", "judge_history", "rank", "refusals"]
 
 
 def fuzz_invariants(wal_bound_bytes: int = 64 << 20) -> list[Invariant]:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from harness.check.history import CUT_SHORT, FAIL, OK, History, Op
+from harness.check.rules import anchor_for
 
 if TYPE_CHECKING:  # the run state imports this module's helpers: types only
     from harness.check.runstate import RunState
@@ -58,11 +59,48 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "liveness": (),
 }
 
+# Other sets of needs that also let an invariant fire, for a target without the first
+# (same format as NEEDS): a daemon lock's boundaries are lease-half-open's
+# (PROTOCOL.md#leases-are-half-open) and the per-object search orders lock calls too
+# (PROTOCOL.md#linearizable); without get, no-lost-task still judges inspect() and every
+# claim or poll (an empty one while a task is ready, a claim of a final task).
+ALSO_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "lease-half-open": (("acquire_lock",),),
+    "linearizable": (("acquire_lock",),),
+    "no-lost-task": (("dispatch", "inspect"), ("dispatch", "claim|poll_next")),
+}
+
 # Findings about the refusal's class, not about safety: named only when nothing else is.
 MINOR = frozenset({"refusal-class", "refusal-order"})
 
 # How specific an invariant's name is: the generic search verdict comes last.
 GENERIC = frozenset({"linearizable"})
+
+# Robustness findings (PROTOCOL.md#several-findings): how a store refuses, not what it
+# does to tasks. One never ends the search for safety violations, and every safety
+# finding ranks before it.
+ROBUSTNESS = frozenset({"typed-errors", "refusal-class", "refusal-order"})
+
+# A hang or an unexplained worker death: not wrong data, so it ranks after safety, but it
+# ends the search (every further call would wait out the same timeout).
+LIVENESS = frozenset({"liveness"})
+
+# The order in which kinds of findings are named: safety, then liveness, then robustness.
+KINDS = ("safety", "liveness", "robustness")
+
+
+def invariant_kind(invariant: str) -> str:
+    """``safety``, ``liveness`` or ``robustness`` (``integrity`` is safety: a corrupt
+    file loses tasks)."""
+    if invariant in ROBUSTNESS:
+        return "robustness"
+    return "liveness" if invariant in LIVENESS else "safety"
+
+
+def rank(invariant: str) -> tuple[int, bool, bool]:
+    """Sort key naming safety first, the generic ``linearizable`` last among safety, and
+    ``refusal-class`` / ``refusal-order`` after ``typed-errors``."""
+    return (KINDS.index(invariant_kind(invariant)), invariant in GENERIC, invariant in MINOR)
 
 
 @dataclass
@@ -81,8 +119,9 @@ class Violation:
 
     @property
     def protocol(self) -> str:
-        """Where the broken rule is explained: its section of PROTOCOL.md."""
-        return f"PROTOCOL.md#{self.invariant}"
+        """Where the broken rule is explained: the section of PROTOCOL.md that says the
+        sentence behind it (harness/check/rules.py), else the invariant's own section."""
+        return anchor_for(self.invariant, self.message)
 
     def __str__(self) -> str:
         return f"[{self.invariant}] {self.message} (see {self.protocol})"
@@ -113,12 +152,16 @@ def invariant_status(capabilities: Iterable[str],
     """``checked`` or ``skipped (why)`` for every invariant, from the target's capabilities
     and the skips it declares itself (``ferry_skips = {invariant: reason}`` on the store)."""
     caps = set(capabilities)
+
+    def lacks(needs: tuple[str, ...]) -> list[str]:
+        return [n for n in needs if not set(n.split("|")) & caps]
+
     out = {}
     for inv, needs in NEEDS.items():
-        missing = [n for n in needs if not set(n.split("|")) & caps]
+        missing = lacks(needs)
         if skips and inv in skips:
             out[inv] = f"skipped ({skips[inv]})"
-        elif missing:
+        elif missing and all(lacks(other) for other in ALSO_NEEDS.get(inv, ())):
             out[inv] = f"skipped (target lacks {', '.join(missing)})"
         else:
             out[inv] = "checked"
@@ -126,11 +169,11 @@ def invariant_status(capabilities: Iterable[str],
 
 
 def first_fact_first(violations: list[Violation]) -> list[Violation]:
-    """Order violations so a specific name leads (the report names the run by the first):
-    the checks run most-specific first (fault probes, two live holders, leaked tokens, the
-    model's per-object verdicts, global rules), and the generic ``linearizable`` verdict
-    goes last."""
-    return sorted(violations, key=lambda v: (v.invariant in GENERIC, v.invariant in MINOR))
+    """Order violations so safety leads and a specific name leads (the report names the
+    run by the first): safety before liveness before robustness (:func:`rank`); within a
+    kind the checks' own order (fault probes, two live holders, leaked tokens, the model's
+    per-object verdicts, global rules), the generic ``linearizable`` verdict last."""
+    return sorted(violations, key=lambda v: rank(v.invariant))
 
 
 def refusals(history: History) -> dict[str, int]:

@@ -466,6 +466,11 @@ def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
             return _illegal(st, "lease-half-open", (
                 f"{op.op} of task {st.task_id} refused with LeaseExpired at t={op.now}, but the "
                 f"lease runs until {st.expires} (half-open: the holder still wins at expires-1)"))
+        if st.expires is not None and op.now == st.expires:  # live at expires: lease-closed
+            return _illegal(st, "lease-half-open", (
+                f"{op.op} of task {st.task_id} refused with {err} at t={op.now}, the instant its "
+                "lease ends; the store declares lease-closed, so its holder still wins then "
+                "(its holder check and its reaper disagree)"))
         return _illegal(st, "holder-guard", (
             f"{op.op} of task {st.task_id} by the holder {op.agent!r} with the current token "
             f"was refused with {err} at t={op.now}; every check of PROTOCOL.md#the-holder-guard passes"))
@@ -811,6 +816,10 @@ def step_lock(st: LockState | None, op: Op, cfg: ModelConfig) -> Verdict:
         return _legal(LockState(name, owner, op.now + op.args["ttl_ms"]) if op.value else st)
     if op.op == "release_lock":
         mine = held and st.owner == op.args["owner"]
+        # its own lock, expired, nobody took it since: True or False (PROTOCOL.md#release_lock)
+        lapsed = not held and st.owner == op.args["owner"]
+        if lapsed:
+            return _legal(LockState(name) if op.value else st)
         if bool(op.value) != mine:
             return _illegal(st, "lock-exclusive", (
                 f"release_lock({name!r}, {op.args['owner']!r}) returned {op.value}, "

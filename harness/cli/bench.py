@@ -16,6 +16,7 @@ from ferry_core.busy import POLICIES
 from ferry_core.store import STRATEGIES
 from harness.errors import ExitCode
 from harness.runtime.target import add_target_option
+from harness.tools.bench.ceiling import same_sql_line
 from harness.tools.bench.matrix import (
     DEFAULT_POLICIES,
     DEFAULT_TASKS,
@@ -185,6 +186,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for note in result["notes"]:
         print(f"note: {note}")
     print(f"ceiling (raw single-process autocommit UPDATE): {c['updates_per_s']:,.0f}/s")
+    if same_sql_line(c):
+        print(same_sql_line(c))
     for line in summary_table(result):
         print(line)
     print()

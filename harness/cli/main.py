@@ -20,6 +20,8 @@ from harness.cli import bench, check, crash, new_target, scenario
 from harness.cli.args import positive_int, positive_seconds, size
 from harness.errors import EXIT_CODES_HELP, ExitCode, FerryError, TargetError
 from harness.report.paths import check_report_dir
+from harness.report.schema import said_reproduced
+from harness.report.story import database_note, exit_reason, headline
 from harness.run.nemesis import FAULTS
 from harness.runtime.target import add_import_root, add_target_option, load_factory
 
@@ -165,17 +167,17 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     d = write_report(outcome)
     rep = outcome.report
     stats = rep.stats
-    if rep.example_database and rep.example_database.failure_from_database:
-        print("ferry: a failure saved by an earlier run still fails (replayed from the example "
-              "database first)")
-    print(f"ferry: {rep.verdict.upper()} — {stats.examples} examples, {stats.race_rounds} race "
+    note = database_note(rep)  # what the example database replayed, and what it showed
+    if note:
+        print(f"ferry: {note}")
+    # every distinct invariant found, safety first (PROTOCOL.md#several-findings)
+    print(f"ferry: {headline(rep)} — {stats.examples} examples, {stats.race_rounds} race "
           f"rounds, {stats.ops} operations in {stats.seconds:.1f}s against {cfg.target}")
     for v in rep.violations:
-        print(f"  [{v.invariant}] {v.message} (see PROTOCOL.md#{v.invariant})")
+        print(f"  [{v.invariant}] {v.message} (see {v.protocol})")
         sched = f", schedule {v.schedule}" if v.schedule else ""
-        cut = " (stopped at budget)" if v.replays_stopped_at_budget else ""
         print(f"    minimal example: {len(v.steps or ())} steps{sched}, reproduced "
-              f"{v.reproduced or '?'}{cut}")
+              f"{said_reproduced(v, rep.mode) or '?'}")
         det = v.schedule_mode
         if det and det.found:
             print(f"    in schedule mode: schedule {det.schedule}, reproduced "
@@ -189,14 +191,18 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     print(f"  report: {d}/report.md  timeline: {d}/timeline.html")
     if rep.violations:
         print(f"  replay: ferry-harness replay {d}")
+    code, why = exit_reason(rep)
     if campaign.stopping:
         print("ferry-harness: interrupted; the report covers what ran; all workers stopped",
               file=sys.stderr)
+        if code == ExitCode.INTERRUPTED:
+            print(f"  exit {int(code)}: {why}")
         return ExitCode.INTERRUPTED
     if rep.verdict == "unknown":
         print("ferry: UNKNOWN is not a pass: " + ("; ".join((rep.unknown or ())[:3])
                                                   or "no example completed within the budget"))
         return ExitCode.UNKNOWN
+    print(f"  exit {int(code)}: {why}")
     return ExitCode.VIOLATION if rep.verdict == "fail" else ExitCode.OK
 
 

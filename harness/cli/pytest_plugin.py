@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from harness.check.rules import anchor_for
 from harness.run import profiles
 
 DEFAULT_REPORT_DIR = "ferry-reports"
@@ -72,7 +73,7 @@ class FerryViolation(Exception):
     """A ferry item failed: carries the invariant and the report directory."""
 
     def __init__(self, invariant: str, message: str, report: Path | None) -> None:
-        anchor = f"PROTOCOL.md#{invariant}"
+        anchor = anchor_for(invariant, message)  # the section of the rule it broke
         if invariant not in NOT_INVARIANTS and anchor not in message:
             message = f"{message} (see {anchor})"
         where = f" — report: {report}" if report else ""
@@ -182,6 +183,7 @@ class FerryItem(pytest.Item):
 
     def _run_fuzz(self) -> None:
         # lazy: this plugin loads in every pytest session; the harness only when used
+        from harness.report.story import gate_message
         from harness.run.campaign import Campaign, CampaignConfig, write_report
 
         defaults = profiles.campaign_defaults()
@@ -199,13 +201,14 @@ class FerryItem(pytest.Item):
         self.user_properties.append(("ferry_report", str(d)))
         report = outcome.report
         if outcome.verdict == "fail":
-            v = report.violations[0]
-            self.user_properties.append(("ferry_invariant", v.invariant))
-            db = report.example_database
-            note = (" (replayed first from the example database)"
-                    if db is not None and db.failure_from_database else "")
-            raise FerryViolation(v.invariant, f"{v.message}; reproduced "
-                                 f"{v.reproduced or '?'}{note}", d)
+            # the top-ranked finding (safety first), its best reproduction, what the
+            # example database replayed, then every other distinct invariant found
+            invariant, message = gate_message(report)
+            self.user_properties.append(("ferry_invariant", invariant))
+            raise FerryViolation(invariant, message, d)
+        if outcome.verdict == "interrupted":  # stopped before anything was decided
+            raise FerryViolation("unknown", "the run was interrupted before it decided "
+                                 "anything: not a pass", d)
         if outcome.verdict == "unknown":  # nothing was decided: not a pass
             why = "; ".join((report.unknown or ())[:3]) or \
                 "no example completed within the budget"

@@ -12,8 +12,25 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from harness.check.history import FAIL, OK, Op
-from harness.report.schema import FuzzStats, Report, TraceStatement, ViolationReport
-from harness.report.story import build_story, clip, culprit_sentence, format_step, short_value
+from harness.check.invariant import invariant_kind
+from harness.report.schema import (
+    FuzzStats,
+    Report,
+    TraceStatement,
+    ViolationReport,
+    said_reproduced,
+)
+from harness.report.story import (
+    build_story,
+    clip,
+    culprit_sentence,
+    database_note,
+    format_step,
+    headline,
+    same_run,
+    short_value,
+    verdict_label,
+)
 
 _CELL_MAX = 120
 _SQL_MAX = 100
@@ -21,15 +38,23 @@ _SQL_MAX = 100
 
 def render_markdown(report: Report) -> str:
     """The whole report as markdown: verdict, invariants, violations, stats, replay command."""
-    verdict = report.verdict.upper()
+    verdict = verdict_label(report)
     if report.scenario is not None:  # say what ran: a scenario, not a fuzz run
         if report.scenario.status == "error":
             verdict = "COULD NOT RUN"
         what = f"scenario {report.scenario.name}"
     else:
         what = "fuzz run"
+        verdict = headline(report)  # the verdict and every invariant found, safety first
     out: list[str] = [f"# ferry {_text(what)}: {_text(verdict)}", ""]
+    if report.interrupted:
+        out += ["_Interrupted (Ctrl-C or SIGTERM): the report covers what ran before it"
+                + (" — nothing was decided, so this is not a pass._" if not report.violations
+                   else "; the violations below were found before it and stand._"), ""]
     out += story_markdown(report)
+    note = database_note(report)
+    if note:
+        out += [f"_{_text(note[0].upper() + note[1:])}._", ""]
 
     facts = [("target", report.target or None), ("mode", report.mode), ("seed", report.seed),
              ("workers", report.workers)]
@@ -45,7 +70,7 @@ def render_markdown(report: Report) -> str:
     if report.violations:
         out += [f"## Violations ({len(report.violations)})", ""]
         for n, v in enumerate(report.violations, 1):
-            out += _violation(n, v)
+            out += _violation(n, v, report.mode)
 
     for items, heading in ((report.unknown, "Unknown / indeterminate"),
                            (report.findings, "Findings")):
@@ -93,8 +118,8 @@ def story_markdown(report: Report) -> list[str]:
     """The story timeline.html leads with, for a CI log or a PR comment: what broke and
     why it cannot be right, the minimal steps, the replay command, verdict and version."""
     story = build_story(report)
-    by_index = {o.index: o for v in report.violations for o in v.history or ()}
-    out = [f"**{_text(story.verdict.upper())}** · {_text(story.ferry)}"
+    by_index = {o.index: o for v in same_run(report) for o in v.history or ()}
+    out = [f"**{_text(verdict_label(report))}** · {_text(story.ferry)}"
            + (f" · reproduced {_text(story.reproduced)}" if story.reproduced else ""), ""]
     for p in story.parts:
         out += [f"**`{_code(p.invariant)}` broken on {_text(p.label)}**: {_text(p.message)}", ""]
@@ -112,17 +137,23 @@ def story_markdown(report: Report) -> list[str]:
         out.append("")
     if story.replay:
         out += ["Replay:", "", fence(story.replay, "sh"), ""]
+    for inv, kind, message, said in story.also:  # each with its own example, below
+        out += [f"**Also found: `{_code(inv)}`** ({_text(kind)}; its own minimal example is "
+                f"under Violations): {_text(message)}"
+                + (f" — reproduced {_text(said)}" if said else ""), ""]
     return out
 
 
 # --------------------------------------------------------------------------- violations
-def _violation(n: int, v: ViolationReport) -> list[str]:
+def _violation(n: int, v: ViolationReport, mode: str | None = None) -> list[str]:
     inv_code = " ".join(v.invariant.split()).replace("`", "'")
-    out = [f"### {n}. `{inv_code}`", ""]
+    kind = invariant_kind(v.invariant)
+    out = [f"### {n}. `{inv_code}`" + ("" if kind == "safety" else f" ({kind})"), ""]
     if v.message:
         out += [_text(v.message), ""]
-    if v.reproduced:
-        out += [f"reproduced {_text(v.reproduced)}", ""]
+    said = said_reproduced(v, mode)
+    if said:
+        out += [f"reproduced {_text(said)}", ""]
     bad = set(v.ops)
     if bad:
         out += ["violating ops: " + ", ".join(f"#{i}" for i in sorted(bad)), ""]

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.check.history import Op
 from harness.check.invariant import Violation
+from harness.check.rules import anchor_for
 
 REPORT_KINDS = ("fuzz", "scenario", "check", "crash")
 
@@ -74,11 +75,66 @@ class ViolationReport:
     reproduced: str | None = None  # "hits/tries" of the minimal example's replays
     replays_stopped_at_budget: bool | None = None  # the replays were cut by the budget
     schedule_mode: ScheduleSearch | None = None  # the schedule-mode re-run, if one was tried
+    best_reproduced: str | None = None  # the best "hits/tries" any mode gave
+    best_mode: str | None = None  # the mode that gave it: "stress" or "schedule"
+    # what every report says, e.g. "10/10 in schedule mode (2/10 in stress)"
+    reproduction: str | None = None
 
     @property
     def protocol(self) -> str:
-        """Where the broken rule is explained: its section of PROTOCOL.md."""
-        return f"PROTOCOL.md#{self.invariant}"
+        """Where the broken rule is explained: the PROTOCOL.md section of its rule
+        (harness/check/rules.py), else the invariant's own section."""
+        return anchor_for(self.invariant, self.message)
+
+
+def best_reproduction(reproduced: str | None, mode: str | None,
+                      schedule: ScheduleSearch | None,
+                      stopped: bool | None = None) -> tuple[str | None, str | None, str | None]:
+    """(best "hits/tries", its mode, the sentence reports show) from the replays in the
+    run's ``mode`` and the schedule-mode re-run: the better count leads, the other follows.
+
+    >>> best_reproduction("2/10", "stress", ScheduleSearch(found=True, reproduced="10/10", tried=1))
+    ('10/10', 'schedule', '10/10 in schedule mode (2/10 in stress)')
+    """
+    mode = mode or "stress"
+    cut = " (stopped at budget)" if stopped else ""
+    if reproduced is None:
+        return None, None, None
+    other = schedule.reproduced if schedule is not None and schedule.found else None
+    if other is not None and _ratio(other) > _ratio(reproduced):
+        return other, "schedule", f"{other} in schedule mode ({reproduced} in {mode}{cut})"
+    if other is not None:
+        return reproduced, mode, f"{reproduced} in {mode}{cut} ({other} in schedule mode)"
+    return reproduced, mode, f"{reproduced}{cut}"
+
+
+def _ratio(hits_tries: str) -> float:
+    hits, _, tries = hits_tries.partition("/")
+    try:
+        return int(hits) / int(tries) if int(tries) else 0.0
+    except ValueError:
+        return 0.0
+
+
+def said_reproduced(v: ViolationReport, mode: str | None = None) -> str | None:
+    """What a report says about how often ``v`` reproduced: the sentence the run stored,
+    else (an older report) the same sentence made from its counts."""
+    if v.reproduction:
+        return v.reproduction
+    return best_reproduction(v.reproduced, mode, v.schedule_mode, v.replays_stopped_at_budget)[2]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FoundInvariant:
+    """One distinct invariant a run found, in the order reports name them (safety first,
+    PROTOCOL.md#several-findings)."""
+
+    invariant: str  # the invariant id
+    kind: str  # "safety", "liveness" or "robustness"
+    violation: int  # index in Report.violations of its first entry (its minimal example)
+    reproduced: str | None = None  # the sentence of that entry's best reproduction
+    seconds_to_detect: float | None = None  # from the start of the campaign to it (s)
+    from_example_database: bool = False  # first shown again by a saved example
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,6 +214,11 @@ class ExampleDatabaseUse:
 
     replayed: int = 0  # saved failures replayed before generating
     failure_from_database: bool = False  # the reported failure is one of them
+    saved_steps: int | None = None  # steps of the saved example that failed again
+    saved_invariant: str | None = None  # the invariant it was saved under
+    failed_on_try: int | None = None  # which try showed a violation again (of tries)
+    tries: int | None = None  # tries it was given
+    shown: str | None = None  # the invariant that try showed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,7 +248,9 @@ class Report:
     """One run's report. Sections a kind has not are None (and absent from the JSON)."""
 
     kind: str  # "fuzz", "scenario", "check" or "crash" (REPORT_KINDS)
-    verdict: str  # "pass", "fail" or "unknown" (nothing decided: never a pass)
+    # "pass", "fail", "unknown" (nothing decided: never a pass) or "interrupted" (Ctrl-C
+    # or SIGTERM before anything was found: never a pass; with a violation it is "fail")
+    verdict: str
     ferry: Provenance = field(default_factory=Provenance)  # which ferry wrote it
     target: str = ""  # the --target (module:factory), or what was checked
     target_path: str | None = None  # fuzz: the directory the target was imported from
@@ -209,6 +272,9 @@ class Report:
     findings: tuple[str, ...] | None = None  # notes about the store or the run (stalls, …)
     example_database: ExampleDatabaseUse | None = None  # fuzz: the example database's part
     discovery: Discovery | None = None  # fuzz, on a failure: how it was found
+    # fuzz: every distinct invariant found, safety first (PROTOCOL.md#several-findings)
+    invariants_found: tuple[FoundInvariant, ...] | None = None
+    interrupted: bool | None = None  # fuzz: Ctrl-C or SIGTERM stopped the run
     script: tuple[str, ...] | None = None  # scenario: what its script did, line by line
     replay: str | None = None  # the command that replays the run
     command: str | None = None  # crash: the command line that runs the campaign again
@@ -261,7 +327,7 @@ def _encode(value: Any) -> Any:
         if "protocol" not in out:
             out["protocol"] = value.protocol
         return out
-    if isinstance(value, ScheduleSearch):
+    if isinstance(value, ScheduleSearch | ExampleDatabaseUse):  # optional fields: left out
         return {f.name: _encode(getattr(value, f.name)) for f in fields(value)
                 if getattr(value, f.name) is not None}
     if hasattr(value, "__dataclass_fields__"):
@@ -310,6 +376,9 @@ def report_from_json(data: Any) -> Report:
                           else d.get("findings")),
         example_database=_section(ExampleDatabaseUse, d.get("example_database")),
         discovery=_section(Discovery, d.get("discovery")),
+        invariants_found=(tuple(_found(f) for f in d["invariants_found"] if isinstance(f, Mapping))
+                          if isinstance(d.get("invariants_found"), list) else None),
+        interrupted=(d["interrupted"] if isinstance(d.get("interrupted"), bool) else None),
         script=_strings(d.get("script")),
         replay=_str(d.get("replay")),
         command=_str(d.get("command")),
@@ -335,7 +404,21 @@ def _violation(d: Mapping[str, Any]) -> ViolationReport:
                                    if isinstance(d.get("replays_stopped_at_budget"), bool)
                                    else None),
         schedule_mode=_schedule_search(d.get("schedule_mode")),
+        best_reproduced=_str(d.get("best_reproduced")),
+        best_mode=_str(d.get("best_mode")),
+        reproduction=_str(d.get("reproduction")),
     )
+
+
+def _found(d: Mapping[str, Any]) -> FoundInvariant:
+    seconds = d.get("seconds_to_detect")
+    return FoundInvariant(invariant=_str(d.get("invariant")) or "?",
+                          kind=_str(d.get("kind")) or "safety",
+                          violation=_int(d.get("violation")) or 0,
+                          reproduced=_str(d.get("reproduced")),
+                          seconds_to_detect=(float(seconds) if isinstance(seconds, int | float)
+                                             and not isinstance(seconds, bool) else None),
+                          from_example_database=d.get("from_example_database") is True)
 
 
 def op_from_json(d: Any) -> Op | None:

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.check.history import FAIL, OK, Op
+from harness.check.invariant import invariant_kind
 from harness.check.linearizability import check_partition, partition
 from harness.check.model import ModelConfig, step_lock, step_task
-from harness.report.schema import Report, TraceStatement
+from harness.errors import ExitCode
+from harness.report.schema import Report, TraceStatement, ViolationReport, said_reproduced
 
 
 # --------------------------------------------------------------------------- the story
@@ -38,15 +40,29 @@ class Partition:
 class Story:
     """What went wrong, in the words both report.md and timeline.html use."""
 
-    verdict: str  # "pass", "fail" or "unknown"
-    title: str  # "ferry fail: <target>"
+    verdict: str  # "pass", "fail", "unknown" or "interrupted"
+    title: str  # "ferry fail: <target>" ("ferry fail (interrupted): <target>")
     facts: list[tuple[str, str]]  # (name, value) of target, mode, seed, workers, faults
     ferry: str  # "ferry 0.1.0 (commit 0123456789ab)"
     parts: list[Partition]  # one per object a violation is about, in report order
     steps: list[str]  # the first violation's minimal steps, one line each
     replay: str  # the replay command ("" if none)
-    reproduced: str | None  # the first violation's "hits/tries"
+    reproduced: str | None  # the first violation's best reproduction, e.g. "10/10 in
+    # schedule mode (2/10 in stress)"
     schedule_trace: list[TraceStatement]  # the first violation's SQL statements, in order
+    # every other distinct invariant found, in rank order (each in a run of its own, so
+    # not drawn): (invariant, kind, message, its best reproduction)
+    also: list[tuple[str, str, str, str | None]] = field(default_factory=list)
+
+
+def same_run(report: Report) -> tuple[ViolationReport, ...]:
+    """The violations shown by the run whose history the report directory holds (the
+    top-ranked finding's); the other findings' minimal examples ran on their own, and
+    their op indices belong to their own histories."""
+    found = report.invariants_found
+    if not found or len(found) < 2:
+        return report.violations
+    return report.violations[:max(1, found[1].violation)]
 
 
 def _obj_label(key: str) -> str:
@@ -141,13 +157,14 @@ def _search(key: str, ops: list[Op], bad: list[int],
 def build_story(report: Report, ops: Sequence[Op] = ()) -> Story:
     """Everything the story says, from a report and the history (if at hand)."""
     by_index: dict[int, Op] = {o.index: o for o in ops}
-    for v in report.violations:  # the report's own copy of the involved ops fills gaps
+    shown = same_run(report)
+    for v in shown:  # the report's own copy of the involved ops fills gaps
         for o in v.history or ():
             by_index.setdefault(o.index, o)
     caps = list(report.capabilities or ())
     parts: list[Partition] = []
     seen: dict[str, int] = {}  # object -> its position in parts
-    for n, v in enumerate(report.violations, 1):
+    for n, v in enumerate(shown, 1):
         detail = v.detail
         bad = list(v.ops)
         key = detail.get("object")
@@ -186,10 +203,121 @@ def build_story(report: Report, ops: Sequence[Op] = ()) -> Story:
     first = report.violations[0] if report.violations else None
     steps = [format_step(st) for st in (first.steps or ())] if first else []
     trace = list(first.schedule_trace or ()) if first else []
-    title = f"ferry {report.verdict}: {report.target}".strip().rstrip(":")
+    title = f"ferry {verdict_label(report).lower()}: {report.target}".strip().rstrip(":")
+    also = [(v.invariant, invariant_kind(v.invariant), v.message,
+             said_reproduced(v, report.mode)) for v in first_entries(report)[1:]]
     return Story(verdict=report.verdict, title=title, facts=facts, ferry=ferry_text,
                  parts=parts, steps=steps, replay=report.replay or "",
-                 reproduced=first.reproduced if first else None, schedule_trace=trace)
+                 reproduced=said_reproduced(first, report.mode) if first else None,
+                 schedule_trace=trace, also=also)
+
+
+# --------------------------------------------------------------------------- headlines
+def verdict_label(report: Report) -> str:
+    """``FAIL``, ``PASS``, ``UNKNOWN``, ``INTERRUPTED``, or ``FAIL (interrupted)`` for a
+    run stopped by Ctrl-C / SIGTERM after it had found a violation."""
+    label = report.verdict.upper()
+    if report.interrupted and report.verdict != "interrupted":
+        label += " (interrupted)"
+    return label
+
+
+def found_invariants(report: Report) -> list[str]:
+    """Every distinct invariant the report names, safety first (as the run ranked them)."""
+    if report.invariants_found:
+        return [f.invariant for f in report.invariants_found]
+    out: list[str] = []
+    for v in report.violations:
+        if v.invariant not in out:
+            out.append(v.invariant)
+    return out
+
+
+def headline(report: Report) -> str:
+    """``FAIL: single-winner, then typed-errors (robustness)``: the verdict and every
+    distinct invariant found, safety first."""
+    names = found_invariants(report)
+    if not names:
+        return verdict_label(report)
+    said = [n if invariant_kind(n) == "safety" else f"{n} ({invariant_kind(n)})" for n in names]
+    return f"{verdict_label(report)}: " + ", then ".join(said)
+
+
+def first_entries(report: Report) -> list[ViolationReport]:
+    """One violation per distinct invariant found (each one's minimal example), in rank
+    order."""
+    if report.invariants_found:
+        return [report.violations[f.violation] for f in report.invariants_found
+                if 0 <= f.violation < len(report.violations)]
+    seen: set[str] = set()
+    out = []
+    for v in report.violations:
+        if v.invariant not in seen:
+            seen.add(v.invariant)
+            out.append(v)
+    return out
+
+
+def exit_reason(report: Report) -> tuple[int, str]:
+    """The exit code of a fuzz run and why, naming safety first."""
+    names = found_invariants(report)
+    safety = [n for n in names if invariant_kind(n) == "safety"]
+    rest = [n for n in names if n not in safety]
+    if report.interrupted:
+        what = (f"what was found before it stands: {', then '.join(names)}" if names
+                else "nothing was decided, so this is not a pass")
+        return ExitCode.INTERRUPTED, f"interrupted (Ctrl-C or SIGTERM); {what}"
+    if report.verdict == "fail":
+        if safety:
+            also = f"; also found: {', '.join(rest)}" if rest else ""
+            return ExitCode.VIOLATION, (f"safety violation{'s' if len(safety) > 1 else ''} "
+                                        f"found: {', then '.join(safety)}{also}")
+        kinds = sorted({invariant_kind(n) for n in rest})
+        searched = (" (the search for safety violations went on to the end of the budget "
+                    "and found none)" if "liveness" not in kinds else "")
+        return ExitCode.VIOLATION, f"{' and '.join(kinds)} finding: {', '.join(rest)}{searched}"
+    if report.verdict == "unknown":
+        return ExitCode.UNKNOWN, "nothing was decided (UNKNOWN is not a pass)"
+    if report.verdict == "interrupted":
+        return ExitCode.INTERRUPTED, "interrupted before anything was decided: not a pass"
+    return ExitCode.OK, "no violation"
+
+
+def database_note(report: Report) -> str | None:
+    """What the example database replayed and what it showed, or None if it played no
+    part in the reported failure."""
+    db = report.example_database
+    if db is None or not db.failure_from_database:
+        return None
+    steps = db.saved_steps
+    parts = ([f"{steps} step{'s' if steps != 1 else ''}"] if steps else []) + \
+        ([f"saved as {db.saved_invariant}"] if db.saved_invariant else [])
+    what = "a saved example" + (f" ({', '.join(parts)})" if parts else "")
+    tries = (f" on try {db.failed_on_try} of {db.tries}"
+             if db.failed_on_try and db.tries else "")
+    shown = f" [{db.shown}]" if db.shown else ""
+    return (f"replayed first from the example database: {what} failed again{shown}{tries}; "
+            "the counts are of its minimal example, replayed afresh")
+
+
+def gate_message(report: Report) -> tuple[str, str]:
+    """The pytest gate's failure: (the top-ranked invariant, its message with the best
+    reproduction, what the example database replayed, and every other distinct
+    invariant found, safety first)."""
+    entries = first_entries(report)
+    top = entries[0]
+    said = said_reproduced(top, report.mode) or "?"
+    msg = f"{top.message}; reproduced {said}"
+    note = database_note(report)
+    if note:
+        msg += f" ({note})"
+    others = [f"[{v.invariant}] {v.message} (reproduced {said_reproduced(v, report.mode) or '?'})"
+              for v in entries[1:]]
+    if others:
+        msg += "; also found, in rank order: " + "; ".join(others)
+    if report.interrupted:
+        msg += "; the run was interrupted"
+    return top.invariant, msg
 
 
 def culprit_sentence(p: Partition, by_index: dict[int, Op]) -> str | None:

@@ -30,7 +30,14 @@ from harness.check.checker import INVARIANTS
 from harness.check.history import FAIL, INFO, OK, History, Op
 from harness.errors import ExitCode
 from harness.report.schema import Report, report_from_json
-from harness.report.story import Partition, Story, build_story, culprit_sentence, outcome_text
+from harness.report.story import (
+    Partition,
+    Story,
+    build_story,
+    culprit_sentence,
+    outcome_text,
+    same_run,
+)
 
 _NO_REPORT = Report(kind="fuzz", verdict="unknown")  # what a page drawn without a report tells
 # Beyond this many ops only the examples holding the violation (else the tail) are drawn.
@@ -86,7 +93,8 @@ def _story_html(story: Story, by_index: dict[int, Op]) -> str:
                + "</p>")
     if not story.parts:
         msg = ("No violation: every invariant held in this run." if v == "pass"
-               else "No violation is recorded in this report.")
+               else "Interrupted (Ctrl-C or SIGTERM) before anything was decided: not a pass."
+               if v == "interrupted" else "No violation is recorded in this report.")
         out.append(f'<p class="sentence">{_e(msg)}</p>')
     for n, p in enumerate(story.parts):
         rule = INVARIANTS.get(p.invariant, "")
@@ -117,6 +125,10 @@ def _story_html(story: Story, by_index: dict[int, Op]) -> str:
             out.append('<p>The ops that show it:</p><ul class="badops">' + "".join(lines)
                        + "</ul>")
         out.append("</section>")
+    for inv, kind, message, said in story.also:  # each ran on its own: not drawn below
+        out.append(f'<p class="also">Also found: <span class="inv">{_e(inv)}</span> '
+                   f'({_e(kind)}): {_e(message)}'
+                   + (f' — reproduced <b>{_e(said)}</b>' if said else "") + "</p>")
     if story.steps:
         out.append('<div class="steps"><h3>Minimal steps</h3><ol class="program">'
                    + "".join(f"<li><code>{_e(s)}</code></li>" for s in story.steps) + "</ol></div>")
@@ -247,7 +259,7 @@ def render_timeline(
     all_ops = [o for o in ops if isinstance(o, Op)]
     story = build_story(report or _NO_REPORT, all_ops)
     by_index = {o.index: o for o in all_ops}
-    for v in report.violations if report else ():
+    for v in same_run(report) if report else ():  # other findings ran on their own
         for o in v.history or ():
             by_index.setdefault(o.index, o)
     bad = set(violating) | {i for p in story.parts for i in p.bad}

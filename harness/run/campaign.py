@@ -5,6 +5,11 @@ Real races do not repeat on demand, so Hypothesis only *generates* here (phase
 kept as plain step lists; our shrinker removes steps while the failure still shows up in
 *any* of a few tries, and the final minimal example is replayed N times to say how often it
 reproduces ("reproduced 7/10"). The discovering execution's history is always kept.
+
+A robustness finding (typed-errors, refusal-class, refusal-order) does not end the search:
+it is kept and masked, and the search goes on for the others; a safety or liveness finding
+ends it. Every distinct invariant found then gets its own shrunk, replayed minimal example,
+safety first, the time left shared equally between them (PROTOCOL.md#several-findings).
 """
 
 from __future__ import annotations
@@ -23,8 +28,16 @@ from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import get_state_machine_test
 
-from harness.check.checker import Checker, Violation, invariant_status
-from harness.check.history import FAIL, OK, History
+from harness.check.checker import (
+    GENERIC,
+    ROBUSTNESS,
+    Checker,
+    Violation,
+    invariant_kind,
+    invariant_status,
+    rank,
+)
+from harness.check.history import FAIL, History
 from harness.check.model import ModelConfig
 from harness.errors import UsageError
 from harness.report.paths import write_report_dir
@@ -33,6 +46,7 @@ from harness.report.schema import (
     Coverage,
     Discovery,
     ExampleDatabaseUse,
+    FoundInvariant,
     FuzzStats,
     Provenance,
     Report,
@@ -40,10 +54,12 @@ from harness.report.schema import (
     Stall,
     TraceStatement,
     ViolationReport,
+    best_reproduction,
     involved_ops,
     violation_entry,
 )
 from harness.run.executor import Executor, Stats, StepTrace
+from harness.run.exercised import evaluations, with_evaluations
 from harness.run.generator import ViolationFound, machine_for
 from harness.run.nemesis import Nemesis
 from harness.run.steps import (
@@ -112,10 +128,26 @@ class Failure:
     # per step, what it referred to and created when it ran (for renumbering); may be
     # shorter than ``steps`` (a replayed report has none)
     traces: list[StepTrace] = field(default_factory=list)
+    detected_s: float | None = None  # seconds from the campaign's start to its discovery
+    examples_until: int = 0  # examples searched until it, counting it
+    # replayed from the example database: (the try that failed again, tries given)
+    from_database: tuple[int, int] | None = None
+    saved_invariant: str | None = None  # the invariant the database had it under
 
     @property
     def invariant(self) -> str:
         return self.violations[0].invariant
+
+
+@dataclass
+class Finding:
+    """One distinct invariant the campaign found, with its own minimal example."""
+
+    invariant: str
+    failure: Failure  # shrunk for this invariant (with the history of a replay showing it)
+    found: Failure  # the execution as the search found it
+    reproduced: tuple[int, int] | None = None  # replays that showed it, of those run
+    schedule: ScheduleSearch | None = None  # the schedule-mode re-run, if one was tried
 
 
 @dataclass
@@ -156,8 +188,9 @@ class Runner:
         self.pool.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def executor(self) -> Executor:
-        """A fresh example, counted under the phase that runs it."""
+    def executor(self, ignore: frozenset[str] = frozenset()) -> Executor:
+        """A fresh example, counted under the phase that runs it; violations of the
+        ``ignore`` invariants (already found) neither stop it nor are returned."""
         self.runs += 1
         if self.phase == "shrink":
             self.stats.shrink_runs += 1
@@ -165,13 +198,15 @@ class Runner:
             self.stats.replay_runs += 1
         else:
             self.stats.examples += 1
-        return Executor(self.pool, self.clock, os.path.join(self.tmp, "ferry.db"),
-                        checker=self.checker, stats=self.stats, example=self.runs,
-                        nemesis=self.nemesis, mode=self.cfg.mode)
+        return _Screened(self.pool, self.clock, os.path.join(self.tmp, "ferry.db"),
+                         checker=self.checker, stats=self.stats, example=self.runs,
+                         nemesis=self.nemesis, mode=self.cfg.mode, ignore=ignore)
 
-    def run_steps(self, steps: list[Step]) -> tuple[list[Violation], Executor]:
-        """Run a step list on a fresh database; stop at the first violating step."""
-        ex = self.executor()
+    def run_steps(self, steps: list[Step],
+                  ignore: frozenset[str] = frozenset()) -> tuple[list[Violation], Executor]:
+        """Run a step list on a fresh database; stop at the first violating step (one
+        that shows an invariant not in ``ignore``)."""
+        ex = self.executor(ignore)
         for step in steps:
             if self.out_of_time():
                 return [], ex  # the budget ran out mid-run: nothing shown
@@ -188,6 +223,25 @@ class Runner:
         return self.stopping or (d is not None and time.monotonic() >= d)
 
 
+class _Screened(Executor):
+    """An example that goes on past the invariants it was told to ignore: robustness
+    findings already made are masked for the rest of the search, so it keeps looking for
+    the others (PROTOCOL.md#several-findings)."""
+
+    def __init__(self, *args: Any, ignore: frozenset[str] = frozenset(), **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.ignore = ignore
+
+    def run_step(self, step: Step) -> list[Violation]:
+        return [v for v in super().run_step(step) if v.invariant not in self.ignore]
+
+
+def _others(invariant: str) -> frozenset[str]:
+    """What a run looking for ``invariant`` goes on past: the other robustness findings
+    (a hostile step that raises an untyped error must not hide a race after it)."""
+    return ROBUSTNESS - {invariant}
+
+
 class Campaign:
     """``ferry-harness fuzz``: the main job."""
 
@@ -202,21 +256,23 @@ class Campaign:
         self.mode = cfg.mode
         self.first_example_s: float | None = None
         self.replayed_saved = 0
-        self.from_database = False
         self.stopping = False
+        # robustness invariants found so far: masked for the rest of the search
+        self.masked: set[str] = set()
+        self.findings: list[Finding] = []
         # campaign-wide: ops by name, refusals by class, steps by kind (boundaries, races…)
         self.coverage: dict[str, dict[str, int]] = {"ops": {}, "refusals": {}, "steps": {}}
         self.evaluated: dict[str, int] = {}  # invariant -> times a check of it judged an op
         self.search_end: float | None = None  # time.monotonic() when generating stops
         self.hard_end: float | None = None  # ... and when every run must have ended
-        self.passes_seen: list[int] = []
+        self.judged = 0  # examples judged so far (passed or failed)
         self._example_started = 0.0
         self.example_times: list[float] = []
 
     # ---------------------------------------------------------------- Context protocol
     def new_executor(self) -> Executor:
         self._example_started = time.perf_counter()
-        ex = self.runner.executor()
+        ex = self.runner.executor(frozenset(self.masked))
         self.capabilities |= ex.capabilities
         return ex
 
@@ -243,16 +299,28 @@ class Campaign:
         self.progress(self.snapshot())
 
     def record_failure(self, ex: Executor, violations: list[Violation]) -> None:
-        if not self.failures:
-            self.detect_s = time.perf_counter() - self.t0
-        self.failures.append(Failure(list(ex.steps), ex.history, violations, list(ex.traces)))
+        self._keep(ex, violations)
         self._tally(ex)
         self._example_done()
 
+    def _keep(self, ex: Executor, violations: list[Violation], **more: Any) -> None:
+        """Keep a failing execution; a robustness invariant it shows is masked from now
+        on, so the search goes on looking for the others."""
+        self.judged += 1
+        self.failures.append(Failure(list(ex.steps), ex.history, violations, list(ex.traces),
+                                     detected_s=time.perf_counter() - self.t0,
+                                     examples_until=self.judged, **more))
+        self.masked |= {v.invariant for v in violations if v.invariant in ROBUSTNESS}
+
+    def search_over(self) -> bool:
+        """A safety (or liveness) finding ends the search; a robustness finding never
+        does (PROTOCOL.md#several-findings)."""
+        return any(invariant_kind(v.invariant) != "robustness"
+                   for f in self.failures for v in f.violations)
+
     def record_pass(self, ex: Executor) -> None:
+        self.judged += 1
         self.passes = (self.passes + [ex.history])[-20:]
-        if not self.failures:
-            self.passes_seen.append(ex.example)
         self._tally(ex)
         self._example_done()
 
@@ -275,55 +343,112 @@ class Campaign:
             self.runner = runner
             runner.pool.deadline = self.hard_end
             self._replay_saved()
-            if not self.failures:
+            if not self.search_over():
                 self._generate()
-            failure, reproduced = None, None
             if self.failures:
-                self.phase = "shrinking"
-                runner.phase = "shrink"
-                self.progress(self.snapshot())
-                failure = self._shrink(self._smallest())
-                self.phase = "replaying"
-                runner.phase = "replay"
-                self.progress(self.snapshot())
-                reproduced, replayed = replay_count(runner, failure, REPLAY_TRIES)
-                if replayed is not None:  # the minimal steps, with a history that shows them
-                    failure = Failure(failure.steps, replayed.history, replayed.violations,
-                                      failure.traces)
-                self._save(failure)
-        self.deterministic = None
-        if (failure is not None and self.cfg.mode == "stress" and reproduced is not None
-                and reproduced[0] < RELIABLE_HITS and not self.stopping):
+                self.findings = self._settle(runner)
+                for f in self.findings:
+                    self._save(f.failure, f.invariant)
+        unreliable = [f for f in self.findings if self.cfg.mode == "stress"
+                      and f.reproduced is not None and f.reproduced[0] < RELIABLE_HITS]
+        if unreliable and not self.stopping and not self._nearly_out_of_time():
             self.phase = "finding a schedule"
             self.progress(self.snapshot())
-            self.deterministic = self._find_schedule(failure)
+            with Runner(replace(self.cfg, mode="schedule")) as sched:
+                for i, f in enumerate(unreliable):  # safety first, the time left shared fairly
+                    f.schedule = self._find_schedule(f.failure, invariant=f.invariant,
+                                                     until=self._share_end(len(unreliable) - i),
+                                                     runner=sched)
+        elif unreliable and not self.stopping:  # no time to start a schedule-mode pool
+            for f in unreliable:
+                f.schedule = ScheduleSearch(found=False, tried=0, why="stopped at budget")
         seconds = time.perf_counter() - self.t0
-        return self._outcome(failure, reproduced, seconds)
+        return self._outcome(self.findings, seconds)
 
-    def _find_schedule(self, failure: Failure) -> ScheduleSearch:
+    def _nearly_out_of_time(self) -> bool:
+        """Less left before the hard end than starting another worker pool takes."""
+        return (self.hard_end is not None
+                and self.hard_end - time.monotonic() < max(1.0, 2 * self.runner.pool_start_s))
+
+    def _share_end(self, parts: int) -> float | None:
+        """When the next of ``parts`` equal shares of the time left before the hard end
+        ends (time.monotonic()); None without a time limit."""
+        if self.hard_end is None:
+            return None
+        now = time.monotonic()
+        return now + max(0.0, self.hard_end - now) / max(1, parts)
+
+    def distinct(self) -> list[tuple[str, Failure]]:
+        """Every distinct invariant the search found, safety first, each with the smallest
+        execution that showed it. ``linearizable`` beside a specific invariant is that
+        invariant seen by the generic search, not a finding of its own."""
+        names: list[str] = []
+        smallest_first = sorted(self.failures, key=lambda f: len(f.steps))  # stable
+        for f in smallest_first:  # within a kind: the checker's order, smallest run first
+            shown = {v.invariant for v in f.violations}
+            names += [v.invariant for v in f.violations if v.invariant not in names
+                      and not (v.invariant in GENERIC and len(shown) > 1)]
+        names = list(dict.fromkeys(names))
+        names.sort(key=rank)
+        return [(n, min((f for f in self.failures if any(v.invariant == n for v in f.violations)),
+                        key=lambda f: len(f.steps))) for n in names]
+
+    def _settle(self, runner: Runner) -> list[Finding]:
+        """Shrink and replay every distinct invariant found, safety first; each gets an
+        equal share of the time left (what one leaves unused goes to the next), and within
+        it shrinking gets SHRINK_SHARE, the replays the rest."""
+        todo = self.distinct()
+        out = []
+        for i, (inv, found) in enumerate(todo):
+            share_end = self._share_end(len(todo) - i)
+            label = f" {inv}" if len(todo) > 1 else ""
+            self.phase, runner.phase = f"shrinking{label}", "shrink"
+            self.progress(self.snapshot())
+            deadline = time.perf_counter() + self.cfg.shrink_budget_s
+            if share_end is not None:
+                left = share_end - time.monotonic()
+                deadline = min(deadline, time.perf_counter() + SHRINK_SHARE * max(0.0, left))
+            failure = shrink(runner, found, deadline=deadline, invariant=inv)
+            self.phase, runner.phase = f"replaying{label}", "replay"
+            self.progress(self.snapshot())
+            reproduced, replayed = replay_count(runner, failure, REPLAY_TRIES, invariant=inv,
+                                                until=share_end)
+            if replayed is not None:  # the minimal steps, with a history that shows them
+                failure = Failure(failure.steps, replayed.history, replayed.violations,
+                                  failure.traces)
+            out.append(Finding(inv, failure, found, reproduced))
+        return out
+
+    def _find_schedule(self, failure: Failure, *, invariant: str | None = None,
+                       until: float | None = None, runner: Runner | None = None) -> ScheduleSearch:
         """A stress-mode example that replays unreliably is run again in schedule mode,
         one SQL statement at a time in PCT orders, until an interleaving shows the same
-        invariant; that interleaving replays exactly. Bounded by the campaign's end."""
-        cfg = replace(self.cfg, mode="schedule")
-        with Runner(cfg) as runner:
-            runner.pool.deadline = self.hard_end
-            runner.phase = "replay"
-            for seed in range(SCHEDULE_SEEDS):
-                if runner.out_of_time():
-                    return ScheduleSearch(found=False, tried=seed, why="stopped at budget")
-                steps = [replace(st, pct=seed * 7919 + i) if isinstance(st, RACES) else st
-                         for i, st in enumerate(failure.steps)]
-                found, ex = runner.run_steps(steps)
-                if any(v.invariant == failure.invariant for v in found):
-                    got = Failure(list(ex.steps), ex.history, found, list(ex.traces))
-                    (hits, tries), _ = replay_count(runner, got, REPLAY_TRIES)
-                    sched = [compact(r) for r in recorded_schedules(got.steps) if r]
-                    return ScheduleSearch(found=True, steps=tuple(public_steps(got.steps)),
-                                          schedule=" | ".join(sched), reproduced=f"{hits}/{tries}",
-                                          tried=seed + 1,
-                                          replay="ferry-harness replay DIR --mode schedule")
-            return ScheduleSearch(found=False, tried=SCHEDULE_SEEDS,
-                                  why="no PCT interleaving of these steps showed it")
+        invariant; that interleaving replays exactly. Bounded by ``until``
+        (time.monotonic()) and the campaign's end."""
+        if runner is None:
+            with Runner(replace(self.cfg, mode="schedule")) as own:
+                return self._find_schedule(failure, invariant=invariant, until=until,
+                                           runner=own)
+        inv = invariant or failure.invariant
+        runner.pool.deadline = self.hard_end
+        runner.phase = "replay"
+        for n in range(SCHEDULE_SEEDS):
+            if runner.out_of_time() or (until is not None and time.monotonic() >= until):
+                return ScheduleSearch(found=False, tried=n, why="stopped at budget")
+            steps = [replace(st, pct=n * 7919 + i) if isinstance(st, RACES) else st
+                     for i, st in enumerate(failure.steps)]
+            found, ex = runner.run_steps(steps, _others(inv))
+            if any(v.invariant == inv for v in found):
+                got = Failure(list(ex.steps), ex.history, found, list(ex.traces))
+                (hits, tries), _ = replay_count(runner, got, REPLAY_TRIES, invariant=inv,
+                                                until=until)
+                sched = [compact(r) for r in recorded_schedules(got.steps) if r]
+                return ScheduleSearch(found=True, steps=tuple(public_steps(got.steps)),
+                                      schedule=" | ".join(sched), reproduced=f"{hits}/{tries}",
+                                      tried=n + 1,
+                                      replay="ferry-harness replay DIR --mode schedule")
+        return ScheduleSearch(found=False, tried=SCHEDULE_SEEDS,
+                              why="no PCT interleaving of these steps showed it")
 
     def halted(self) -> bool:
         """Stop generating: Ctrl-C / SIGTERM, or the search budget is spent."""
@@ -344,24 +469,34 @@ class Campaign:
         self.replayed_saved = 0
         for blob in sorted(db.fetch(self._db_key), key=len):
             try:
-                steps = [step_from_json(st) for st in json.loads(blob.decode())["steps"]]
-            except (ValueError, KeyError, TypeError, UnicodeDecodeError, UsageError):
+                saved = json.loads(blob.decode())
+                steps = [step_from_json(st) for st in saved["steps"]]
+                inv = saved.get("invariant")
+                inv = inv if isinstance(inv, str) else None
+            except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError,
+                    UsageError):
                 db.delete(self._db_key, blob)  # unreadable, or saved by another ferry version
                 continue
+            if inv is not None and any(v.invariant == inv for f in self.failures
+                                       for v in f.violations):
+                continue  # already shown again by a saved example: keep it for next time
             self.replayed_saved += 1
-            for _ in range(SHRINK_TRIES):
-                found, ex = self.runner.run_steps(steps)
+            for k in range(SHRINK_TRIES):
+                found, ex = self.runner.run_steps(steps, _others(inv) if inv else frozenset())
                 if found:
-                    self.failures.append(Failure(list(ex.steps), ex.history, found,
-                                                 list(ex.traces)))
-                    self.from_database = True
-                    return
-            db.delete(self._db_key, blob)
+                    self._keep(ex, found, from_database=(k + 1, SHRINK_TRIES),
+                               saved_invariant=inv)
+                    break
+            else:
+                db.delete(self._db_key, blob)
+            if self.search_over():
+                return
 
-    def _save(self, failure: Failure) -> None:
+    def _save(self, failure: Failure, invariant: str | None = None) -> None:
         if self.cfg.database is not None:
             blob = json.dumps({"steps": public_steps(failure.steps),
-                               "invariant": failure.invariant}, sort_keys=True).encode()
+                               "invariant": invariant or failure.invariant},
+                              sort_keys=True).encode()
             self.cfg.database.save(self._db_key, blob)
 
     def request_stop(self) -> None:
@@ -383,7 +518,7 @@ class Campaign:
     def _generate(self) -> None:
         machine = machine_for(self)
         batch = 0
-        while self._budget_left() and not self.failures:
+        while self._budget_left() and not self.search_over():
             n = self.cfg.batch
             if self.cfg.max_examples is not None:
                 n = min(n, self.cfg.max_examples - self.runner.stats.examples)
@@ -403,26 +538,18 @@ class Campaign:
                 if not self.failures:
                     raise
 
-    def _smallest(self) -> Failure:
-        return min(self.failures, key=lambda f: len(f.steps))
-
-    def _shrink(self, failure: Failure) -> Failure:
-        """Shrinking gets ``shrink_budget_s``, and at most SHRINK_SHARE of the time left
-        before the hard end (the rest is for the replays)."""
-        deadline = time.perf_counter() + self.cfg.shrink_budget_s
-        if self.hard_end is not None:
-            left = self.hard_end - time.monotonic()
-            deadline = min(deadline, time.perf_counter() + SHRINK_SHARE * max(0.0, left))
-        return shrink(self.runner, failure, deadline=deadline)
-
     # ---------------------------------------------------------------- report
-    def _outcome(self, failure: Failure | None, reproduced: tuple[int, int] | None,
-                 seconds: float) -> Outcome:
+    def _outcome(self, settled: list[Finding], seconds: float) -> Outcome:
         stats = self.runner.stats
         invariants = with_evaluations(invariant_status(self.capabilities, self.runner.pool.skips),
                                       self.evaluated)
-        # a pass needs at least one example that ran to its closing audit
-        verdict = "fail" if failure else ("pass" if self.passes else "unknown")
+        top = settled[0] if settled else None
+        failure = top.failure if top else None
+        reproduced = top.reproduced if top else None
+        # a pass needs at least one example that ran to its closing audit, and a search
+        # that was not interrupted (a violation found before an interrupt still fails)
+        verdict = "fail" if failure else ("interrupted" if self.stopping
+                                          else "pass" if self.passes else "unknown")
         if verdict == "pass" and self.runner.checker.unknown:
             verdict = "unknown"
         history = failure.history if failure else (self.passes[-1] if self.passes else History())
@@ -438,15 +565,19 @@ class Campaign:
                 f"{op} ran {sec:.1f}s and kept the other workers waiting (a checkpoint that "
                 "waits for readers, or a long write transaction, stalls every writer: "
                 "checkpoint starvation)")
-        violations: list[ViolationReport] = []
+        violations, found = self._entries(settled, mode)
         discovery = None
-        if failure:
-            violations = [violation_report(v, failure, reproduced) for v in failure.violations]
-            if self.deterministic is not None:
-                violations[0] = replace(violations[0], schedule_mode=self.deterministic)
-            discovery = Discovery(steps=len(self._smallest().steps),
-                                  seconds_to_detect=round(getattr(self, "detect_s", 0.0), 3),
-                                  examples_until_found=len(self.passes_seen) + 1)
+        if top is not None:  # how the top-ranked finding was found
+            discovery = Discovery(steps=len(top.found.steps),
+                                  seconds_to_detect=round(top.found.detected_s or 0.0, 3),
+                                  examples_until_found=top.found.examples_until)
+        db_use = ExampleDatabaseUse(replayed=self.replayed_saved,
+                                    failure_from_database=bool(top and top.found.from_database))
+        if top is not None and top.found.from_database:
+            try_no, tries = top.found.from_database
+            db_use = replace(db_use, saved_steps=len(top.found.steps),
+                             saved_invariant=top.found.saved_invariant, failed_on_try=try_no,
+                             tries=tries, shown=top.found.invariant)
         report = Report(
             kind="fuzz",
             verdict=verdict,
@@ -479,91 +610,57 @@ class Campaign:
                                                 and time.monotonic() >= self.hard_end)),
             unknown=tuple(self.runner.checker.unknown),
             findings=tuple(findings),
-            example_database=ExampleDatabaseUse(replayed=self.replayed_saved,
-                                                failure_from_database=self.from_database),
+            example_database=db_use,
             discovery=discovery,
+            invariants_found=tuple(found),
+            interrupted=self.stopping,
         )
         return Outcome(verdict, report, Path(self.cfg.report_dir), failure, reproduced, stats, history)
 
 
-HOLDER = frozenset({"fulfill", "fail", "release", "extend", "salvage"})
-READ = frozenset({"get", "inspect", "salvaged"})
-LOCK = frozenset({"acquire_lock", "release_lock", "lock_holder"})
-
-# what "not exercised" means for each invariant: the kind of event that never happened
-NEVER = {
-    "single-winner": "no claim succeeded", "token-unique": "no claim succeeded",
-    "holder-guard": "no holder operation ran", "lease-half-open": "no lease or lock boundary",
-    "lock-exclusive": "no daemon-lock call ran", "dag-order": "no task with dependencies was claimed",
-    "no-lost-task": "no read and no empty poll", "wal-bounded": "no checkpoint without a reader",
-    "idle-no-write": "no idle poll or read was measured", "linearizable": "no object to order",
-    "typed-errors": "no operation ran", "integrity": "no integrity check ran",
-    "liveness": "no operation ran", "refusal-class": "no holder operation was refused",
-    "refusal-order": "no holder operation was refused",
-}
-
-
-def evaluations(ex: Executor) -> dict[str, int]:
-    """How many times each invariant's checks judged something in one example: a report may
-    say ``checked`` only where a check could have failed (``checked (N evaluations)``)."""
-    ops = list(ex.history)
-    deps = {o.value for o in ops if o.op == "dispatch" and o.type == OK
-            and o.args.get("depends_on")}
-    claims = sum(1 for o in ops if o.op in ("claim", "poll_next") and o.type == OK and o.value)
-    holder = [o for o in ops if o.op in HOLDER]
-    boundaries = sum(1 for st in ex.steps if isinstance(st, (Clock, LockRace))
-                     and st.offset is not None)
-    boundaries += sum(1 for o in ops if "probe" in o.extra)
-    n = {
-        "single-winner": claims,
-        "token-unique": claims + len(holder) + sum(1 for o in ops if o.op in READ),
-        "holder-guard": len(holder),
-        "lease-half-open": boundaries,
-        "lock-exclusive": sum(1 for o in ops if o.op in LOCK),
-        "dag-order": sum(1 for o in ops if o.op in ("claim", "poll_next") and o.type == OK
-                         and o.value and o.value.get("task_id") in deps),
-        "no-lost-task": sum(1 for o in ops if (o.op in READ and o.type == OK) or (
-            o.op in ("claim", "poll_next") and o.type == OK and o.value is None)),
-        "wal-bounded": sum(1 for o in ops if o.op == "checkpoint" and not o.extra.get("reader")
-                           and "wal_after" in o.extra),
-        "idle-no-write": sum(1 for o in ops if o.extra.get("idle")),
-        "linearizable": len({o.task_id for o in ops if o.task_id} |
-                            {o.args.get("name") for o in ops if o.op in LOCK}),
-        "typed-errors": len(ops),
-        "integrity": sum(1 for o in ops if o.op == "integrity_check"),
-        "liveness": len(ops),
-        "refusal-class": sum(1 for o in holder if o.type == FAIL),
-        "refusal-order": sum(1 for o in holder if o.type == FAIL),
-    }
-    return {k: v for k, v in n.items() if v}
-
-
-def with_evaluations(status: dict[str, str], evaluated: dict[str, int]) -> dict[str, str]:
-    """``checked`` becomes ``checked (N evaluations)`` or ``not exercised (why)``."""
-    out = {}
-    for inv, said in status.items():
-        if said == "checked":
-            n = evaluated.get(inv, 0)
-            said = (f"checked ({n} evaluations)" if n
-                    else f"not exercised ({NEVER.get(inv, 'nothing to judge')} in this run)")
-        out[inv] = said
-    return out
-
+    def _entries(self, findings: list[Finding],
+                 mode: str) -> tuple[list[ViolationReport], list[FoundInvariant]]:
+        """The report's violations, finding by finding in rank order (each with its own
+        minimal example and counts), and one :class:`FoundInvariant` per finding."""
+        own = {f.invariant for f in findings}
+        entries: list[ViolationReport] = []
+        found: list[FoundInvariant] = []
+        for f in findings:
+            # its own violations, then what was seen beside them that is no finding of its
+            # own (the generic linearizable verdict on the same race)
+            shown = sorted((v for v in f.failure.violations
+                            if v.invariant == f.invariant or v.invariant not in own),
+                           key=lambda v: (v.invariant != f.invariant, rank(v.invariant)))
+            first = len(entries)
+            for k, v in enumerate(shown):
+                entries.append(violation_report(v, f.failure, f.reproduced, mode=mode,
+                                                schedule=f.schedule if k == 0 else None))
+            said = entries[first].reproduction if len(entries) > first else None
+            found.append(FoundInvariant(
+                invariant=f.invariant, kind=invariant_kind(f.invariant), violation=first,
+                reproduced=said, seconds_to_detect=(round(f.found.detected_s, 3)
+                                                    if f.found.detected_s is not None else None),
+                from_example_database=f.found.from_database is not None))
+        return entries, found
 
 def violation_report(v: Violation, failure: Failure,
-                     reproduced: tuple[int, int] | None) -> ViolationReport:
-    """A violation as the report stores it: the minimal steps and the ops involved."""
+                     reproduced: tuple[int, int] | None, *, mode: str = "stress",
+                     schedule: ScheduleSearch | None = None) -> ViolationReport:
+    """A violation as the report stores it: the minimal steps and the ops involved, how
+    often they reproduced and the best reproduction any mode gave."""
     recorded = recorded_schedules(failure.steps)
     schedules = [compact(r) for r in recorded if r]
+    counted = f"{reproduced[0]}/{reproduced[1]}" if reproduced is not None else None
+    stopped = reproduced[1] < REPLAY_TRIES if reproduced is not None else None
+    best, best_mode, said = best_reproduction(counted, mode, schedule, stopped)
     return violation_entry(
         v, failure.history, steps=tuple(public_steps(failure.steps)),
         schedule=" | ".join(schedules) if schedules else None,
         schedule_steps=sum(len(r) for r in recorded) if schedules else None,
         schedule_trace=(schedule_trace(failure.history, involved_ops(v)) if schedules
                         else None),
-        reproduced=f"{reproduced[0]}/{reproduced[1]}" if reproduced is not None else None,
-        replays_stopped_at_budget=(reproduced[1] < REPLAY_TRIES
-                                   if reproduced is not None else None))
+        reproduced=counted, replays_stopped_at_budget=stopped, schedule_mode=schedule,
+        best_reproduced=best, best_mode=best_mode, reproduction=said)
 
 
 def schedule_trace(history: History, involved: set[int]) -> tuple[TraceStatement, ...]:
@@ -580,7 +677,7 @@ def _fails_like(runner: Runner, steps: list[Step], invariant: str,
     if invariant == "liveness":
         tries = 1  # a hang costs the whole op timeout per try, and repeats anyway
     for _ in range(tries):
-        found, ex = runner.run_steps(steps)
+        found, ex = runner.run_steps(steps, _others(invariant))
         if any(v.invariant == invariant for v in found):
             return Failure(list(ex.steps), ex.history, found, list(ex.traces))
     return None
@@ -593,13 +690,15 @@ def _ran(failure: Failure) -> list[tuple[Step, StepTrace]]:
     return [(s, t) for s, t in zip(failure.steps, traces, strict=False) if not isinstance(s, Audit)]
 
 
-def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SHRINK_TRIES) -> Failure:
+def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SHRINK_TRIES,
+           invariant: str | None = None) -> Failure:
     """Delta-debug the step list: drop chunks, then single steps, then simplify steps.
 
-    A candidate counts as failing if *any* of ``tries`` runs shows the same invariant,
-    so a flaky race does not stop the shrink (nor does it ever surface as an error).
+    A candidate counts as failing if *any* of ``tries`` runs shows the same invariant
+    (``invariant``, default the failure's first), so a flaky race does not stop the
+    shrink (nor does it ever surface as an error).
     """
-    inv = failure.invariant
+    inv = invariant or failure.invariant
     best = failure
     steps = _ran(failure)  # (step, what it referred to and created when it last ran)
 
@@ -755,14 +854,18 @@ def _simplifications(step: Step) -> list[Step]:
     return out
 
 
-def replay_count(runner: Runner, failure: Failure, tries: int) -> tuple[tuple[int, int], Failure | None]:
-    """Run the minimal steps ``tries`` times; how many showed the same invariant."""
+def replay_count(runner: Runner, failure: Failure, tries: int, *, invariant: str | None = None,
+                 until: float | None = None) -> tuple[tuple[int, int], Failure | None]:
+    """Run the minimal steps ``tries`` times (stopping at ``until``, time.monotonic(), or
+    the campaign's end); how many showed the same invariant (``invariant``, default the
+    failure's first)."""
+    inv = invariant or failure.invariant
     hits, last = 0, None
     for done in range(tries):
-        if runner.out_of_time():
+        if runner.out_of_time() or (until is not None and time.monotonic() >= until):
             return (hits, done), last
-        found, ex = runner.run_steps(failure.steps)
-        if any(v.invariant == failure.invariant for v in found):
+        found, ex = runner.run_steps(failure.steps, _others(inv))
+        if any(v.invariant == inv for v in found):
             hits += 1
             last = Failure(list(ex.steps), ex.history, found)
     return (hits, tries), last

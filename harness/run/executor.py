@@ -24,6 +24,7 @@ from typing import Any
 
 from harness.check.checker import Checker, Violation
 from harness.check.history import FAIL, INFO, OK, History, Op
+from harness.errors import HarnessError
 from harness.run.nemesis import Nemesis, wait_until
 from harness.run.steps import (
     Audit,
@@ -199,6 +200,10 @@ class Executor:
         return schedule.Chooser(explicit=list(explicit), seed=seed)
 
     def _run(self, calls: list[PlannedCall], **extra: Any) -> list[Op]:
+        missing = sorted({c.op for c in calls} - self.capabilities)
+        if missing:  # PROTOCOL.md#missing-methods: never a call to an operation it lacks
+            raise HarnessError(f"the executor planned {', '.join(missing)}, which the target "
+                               "does not have (a step must check the capabilities first)")
         self.round += 1
         chooser = self._chooser() if len(calls) > 1 else None
         if len(calls) > 1:
@@ -309,6 +314,8 @@ class Executor:
         return found
 
     def _step_dispatch(self, s: Dispatch) -> Step:
+        if "dispatch" not in self.capabilities:
+            return s  # nothing to dispatch with: the invariants that need tasks are skipped
         # the step records what is really sent: a target or dependencies the store cannot
         # take are dropped from the step itself, so reports and replays show the truth
         if "targets" not in self.capabilities and s.target_agent is not None:
@@ -343,6 +350,8 @@ class Executor:
         return s
 
     def _poll_race(self, agents: tuple[str, ...]) -> None:
+        if "poll_next" not in self.capabilities:
+            return  # a claim-only target (or one that cannot take tasks at all)
         self._run([PlannedCall(slot=i, op="poll_next", args={}, agent=a) for i, a in enumerate(agents)])
 
     def _holder_args(self, c: KnownClaim, op: str, tag: int) -> dict[str, Any]:
@@ -389,6 +398,8 @@ class Executor:
             if done.type != OK or op != "release":
                 continue
             verb = "claim" if "claim" in self.capabilities else "poll_next"
+            if verb not in self.capabilities:
+                return  # released for good: nothing can take it back
             args = {"task_id": c.task_id} if verb == "claim" else {}
             again = self._one(c.slot, verb, c.agent, **args)
             self._learn([again])
@@ -449,8 +460,8 @@ class Executor:
         Settling makes the measured poll idle by construction (PROTOCOL.md#freedoms-a-correct-store-may-take: a poll that applies
         a due expiry or claims a task has work to do and may write): sweep where the store
         has it, then poll until a poll comes back empty, all at one frozen instant."""
-        if "wal-file" not in self.capabilities:
-            return s
+        if "wal-file" not in self.capabilities or "poll_next" not in self.capabilities:
+            return s  # idle-no-write is skipped (target lacks poll_next or the -wal file)
         if "sweep" in self.capabilities:
             self._one(0, "sweep", "janitor")
         for _ in range(_SETTLE_POLLS):

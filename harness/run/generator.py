@@ -127,6 +127,32 @@ class FerryMachine(RuleBasedStateMachine):
                 self._do(Clock(claim=0, offset=offset))
             self._do(Holder(claim=0, op=op, who=who, race=race))
 
+    @precondition(lambda self: "dag" in self.ex.capabilities)  # nothing to wait for without
+    @rule(parent_ends=st.sampled_from(["fulfill", "fulfill", "fail", None]),
+          poll=st.booleans(), same_name=st.booleans(), data=st.data())
+    def dependent_waits(self, parent_ends, poll, same_name, data):
+        """The claim-time dependency check (PROTOCOL.md#readiness): a parent and a task that
+        depends on it; claimers race for the dependent (and maybe pollers) while the parent
+        is not COMPLETED — nobody may get it — then the parent is claimed and ended, and the
+        dependent is raced again (claimable once the parent is fulfilled; failed with it by
+        the cascade otherwise)."""
+        self._do(Dispatch(target_agent=None, queue_ttl_ms=10_000, exec_ttl_ms=50,
+                          max_attempts=1))
+        self._do(Dispatch(target_agent=None, queue_ttl_ms=10_000, exec_ttl_ms=50,
+                          max_attempts=1, depends_on=(0,)))
+        self._do(RaceClaim(task=0, agents=agents_for(self._k(data), same_name)))
+        if poll:
+            self._do(RacePoll(agents=agents_for(self._k(data), same_name)))
+        if parent_ends is None:
+            return
+        ex = self.ex
+        parent = ex.tasks[-2] if len(ex.tasks) >= 2 else None
+        if not (ex.claims and ex.claims[-1].task_id == parent):  # a poll may have taken it
+            self._do(RaceClaim(task=1, agents=agents_for(1, False)))
+        if ex.claims and ex.claims[-1].task_id == parent:
+            self._do(Holder(claim=0, op=parent_ends, who="holder", race=1))
+        self._do(RaceClaim(task=0, agents=agents_for(self._k(data), same_name)))
+
     @precondition(lambda self: self.ex.tasks)
     @rule(task=st.integers(0, 40), same_name=st.booleans(), data=st.data())
     def race_claim(self, task, same_name, data):

@@ -25,9 +25,11 @@ def provenance() -> dict[str, str | None]:
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=True,
                                 capture_output=True, text=True, timeout=5).stdout.strip() or None
+        # "dirty" is about the code, not the committed reports: regenerating reports/ one
+        # run after another must not mark the later runs dirty (the earlier ones rewrote files)
         status = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                 "--untracked-files=no"], check=True, capture_output=True,
-                                text=True, timeout=5).stdout
+                                 "--untracked-files=no", "--", ":/", ":(top,exclude)reports"],
+                                check=True, capture_output=True, text=True, timeout=5).stdout
         dirty = "yes" if status.strip() else "no"
     except (OSError, subprocess.SubprocessError):
         pass  # an installed copy, not a checkout

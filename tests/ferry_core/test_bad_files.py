@@ -5,10 +5,8 @@ finding (exit 1) or, when the target cannot even be opened, as one line (exit 2)
 as its own crash.
 
 Read-only: the suite runs as root, and root writes through ``chmod 0444``. The honest
-equivalent is to *be* an unprivileged user: a forked child drops to uid/gid 65534
-(``nobody``) before it opens the store (it forks, it does not exec: the interpreter under
-``/root`` is not readable by nobody). Without root (or without setuid) the test chmods
-and opens in-process. Opening with a ``file:…?mode=ro`` URI is a separate, also honest
+equivalent is to *be* an unprivileged user (:mod:`tests.unprivileged`: a forked child drops
+to ``nobody`` before it opens the store); without root the test chmods and opens in-process. Opening with a ``file:…?mode=ro`` URI is a separate, also honest
 case: SQLite's own read-only mode (reads work, every write is a ``StoreError``).
 """
 
@@ -16,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -28,6 +24,8 @@ from harness.run.executor import Executor
 from harness.runtime.client import WorkerPool
 from harness.runtime.clock import SharedClock
 from tests.procs import children_of
+from tests.unprivileged import shared_dir as unprivileged_dir
+from tests.unprivileged import unprivileged
 
 PAGE = 4096
 
@@ -147,36 +145,11 @@ def test_wal_with_garbage_appended_recovers(tmp_path, keep_shm):
 
 
 # ---------------------------------------------------------------------- read-only
-def _as_nobody(fn):
-    """Run ``fn()`` in a forked child as uid/gid 65534; its result (or the error class)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        os.close(r)
-        try:
-            os.setgid(65534)
-            os.setuid(65534)
-            out = fn()
-        except BaseException as exc:
-            out = f"{type(exc).__name__}: {exc}"
-        os.write(w, json.dumps(out).encode())
-        os._exit(0)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 1 << 16):
-        data += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    return json.loads(data)
-
-
 @pytest.fixture
 def shared_dir():
     """A directory an unprivileged user can enter (pytest's tmp_path is private to root)."""
-    d = tempfile.mkdtemp(prefix="ferry-ro-")
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with unprivileged_dir() as d:
+        yield d
 
 
 def _open_outcome(path: str):
@@ -200,12 +173,7 @@ def test_read_only_database_raises_store_error(shared_dir, case):
         os.chmod(path, 0o666)  # the file is writable, but -wal/-shm cannot be created
         os.chmod(shared_dir, 0o555)
         want = "is not writable: WAL mode needs"
-    if os.geteuid() == 0:
-        got = _as_nobody(_open_outcome(path))
-        if got.startswith("PermissionError") or got.startswith("OSError"):
-            pytest.skip(f"cannot drop root privileges here ({got}); chmod does not bind root")
-    else:
-        got = _open_outcome(path)()
+    got = unprivileged(_open_outcome(path))
     os.chmod(shared_dir, 0o755)
     assert got.startswith("StoreError") and want in got, got
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 
 import pytest
 
@@ -13,6 +14,7 @@ from ferry_core import (
     LeaseStore,
     StoreError,
 )
+from tests.unprivileged import shared_dir, unprivileged
 
 T0 = 1_000_000
 
@@ -349,33 +351,38 @@ def test_open_refuses_a_path_in_a_missing_directory(tmp_path, clock):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0,
-                    reason="running as root: permission bits do not stop root, so an "
-                           "unwritable location cannot be simulated with chmod")
-def test_open_refuses_an_unwritable_directory(tmp_path, clock):
-    d = tmp_path / "ro"
-    d.mkdir()
-    d.chmod(0o555)
-    try:
-        with pytest.raises(StoreError):
-            LeaseStore(str(d / "x.db"), clock=clock)
+def _open_outcome(path: str, clock) -> Callable[[], str]:
+    """Opening ``path``: "opened", or the StoreError and its message (anything else raised
+    comes back as its class and message too, and fails the test)."""
+    def attempt() -> str:
+        try:
+            LeaseStore(path, clock=clock).close()
+            return "opened"
+        except StoreError as exc:
+            return f"StoreError: {exc}"
+    return attempt
+
+
+# Both run as an unprivileged user even when the suite runs as root (CI does): root writes
+# through mode bits, and the checks below are what a user without the permission meets.
+def test_open_refuses_an_unwritable_directory(clock):
+    with shared_dir() as base:
+        d = os.path.join(base, "ro")
+        os.mkdir(d)
+        os.chmod(d, 0o555)  # the database could be created by nobody, the -wal/-shm neither
+        got = unprivileged(_open_outcome(os.path.join(d, "x.db"), clock))
+        assert got.startswith("StoreError") and "is not writable: WAL mode needs" in got, got
         assert os.listdir(d) == []
-    finally:
-        d.chmod(0o755)
 
 
-@pytest.mark.skipif(os.geteuid() == 0,
-                    reason="running as root: permission bits do not stop root, so an "
-                           "unreadable file cannot be simulated with chmod")
-def test_open_refuses_an_unreadable_store(tmp_path, clock):
-    path = str(tmp_path / "x.db")
-    LeaseStore(path, clock=clock).close()
-    os.chmod(path, 0o000)
-    try:
-        with pytest.raises(StoreError):
-            LeaseStore(path, clock=clock)
-    finally:
-        os.chmod(path, 0o644)
+def test_open_refuses_an_unreadable_store(clock):
+    with shared_dir(0o777) as d:  # the directory is writable: only the file's mode refuses
+        path = os.path.join(d, "x.db")
+        LeaseStore(path, clock=clock).close()
+        os.chmod(path, 0o000)
+        got = unprivileged(_open_outcome(path, clock))
+        assert got.startswith("StoreError") and "is not readable and writable by this user" in got, got
+        assert sorted(os.listdir(d)) == ["x.db"]
 
 
 def test_open_accepts_an_empty_file_as_a_new_store(tmp_path, clock):

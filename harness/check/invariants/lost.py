@@ -10,8 +10,9 @@ from harness.check.runstate import RunState
 
 
 class InspectShowsAll:
-    """``inspect()`` lists every dispatched task exactly once, in a SPEC state, and every
-    accepted result unchanged."""
+    """``inspect()`` lists every dispatched task exactly once, in a SPEC state, every
+    accepted fulfill as ``COMPLETED`` and, for a target with the ``results`` feature, its
+    result unchanged (PROTOCOL.md#taskview-fields: a target without it need not show one)."""
 
     name = "inspect-shows-all"
     ids = ("no-lost-task",)
@@ -45,8 +46,9 @@ class InspectShowsAll:
                                          ops=[p.index, o.index]))
                 elif p.op == "fulfill" and p.args.get("task_id") in views:
                     v = views[p.args["task_id"]]
-                    if (v.get("status") != COMPLETED
-                            or canonical(v.get("result")) != canonical(p.args.get("result"))):
+                    if v.get("status") != COMPLETED or (
+                            run.cfg.results
+                            and canonical(v.get("result")) != canonical(p.args.get("result"))):
                         out.append(Violation(
                             "no-lost-task",
                             f"task {p.args['task_id']}: fulfill (op #{p.index}) was accepted with "

@@ -38,8 +38,16 @@ Per run it reports:
 - ``wal_bytes``: size of the ``-wal`` file when the drain ended (connections still open);
   ``wal_bytes_max``: the largest size the controller saw while the run was going.
 
+- ``lifecycles_per_cpu_s``: lifecycles per CPU-second of the workers (on a shared machine
+  the wall-clock rate follows the CPU share the workers got; this follows the work).
+- ``same_sql_ratio``: lifecycles/s over the same-SQL ceiling at the same worker count in
+  the same repetition; ``vs_1_worker``: over the same variant's 1-worker run there.
+
 ``ceiling`` is a raw single-process rate on the same machine in the same invocation:
 autocommit ``UPDATE … WHERE id=? AND status=…`` of one integer-keyed row per statement, the
 same pragmas as ferry_core (WAL, synchronous=NORMAL), best of a few samples taken before
-and after the matrix.
+and after the matrix. ``ceiling.same_sql`` is the second ceiling, for ferry_core targets:
+the statements of a ferry_core lifecycle as the store runs them (traced), replayed by W
+bare ``sqlite3`` processes with SQLite's own busy handler, at every worker count of the
+run, once per repetition (:func:`.ceiling.measure_same_sql`).
 """

@@ -1,5 +1,5 @@
 """What the numbers were measured on: CPUs, platform, SQLite, the database's file system,
-the load average and the ferry commit (recorded in every report)."""
+the load average and the ferry version and commit (recorded in every report)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+from harness.runtime.provenance import provenance
 
 
 def _read(path: str) -> str:
@@ -54,5 +56,6 @@ def machine_info(workdir: str) -> dict[str, Any]:
         "platform": platform.platform(), "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version, "db_dir_fs": _fs_type(workdir),
         "loadavg_start": list(os.getloadavg()), "ferry_commit": commit,
+        "ferry": provenance(),  # version, full commit, dirty: as every report.json records
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

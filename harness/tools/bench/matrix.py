@@ -15,7 +15,9 @@ from harness.tools.bench.ceiling import (
     CEILING_SAMPLES,
     CEILING_STATEMENT,
     CEILING_UPDATES,
+    capture_lifecycle_sql,
     measure_ceiling,
+    measure_same_sql,
     measure_store_claim_update,
 )
 from harness.tools.bench.machine import machine_info
@@ -78,13 +80,26 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
         before = ceiling_sample("before")
         any_core = any(t.ferry_core for t, _, _ in variants)
         claim_update = measure_store_claim_update(base, ceiling_updates) if any_core else None
+        # the same-SQL ceiling: ferry_core's own lifecycle statements, replayed bare at every
+        # worker count, right before that count's runs in every repetition
+        lifecycle_sql = capture_lifecycle_sql(base) if any_core else None
+        same_sql_runs: list[dict[str, Any]] = []
         runs: list[dict[str, Any]] = []
         combos = [(w, v) for w in workers for v in variants]
         total = len(combos) * repeat
         for rep in range(repeat):
             rep_runs = []
+            rep_same: dict[int, float] = {}
             for i, (w, (tgt, s, p)) in enumerate(combos):
                 index = rep * len(combos) + i
+                if lifecycle_sql is not None and w not in rep_same:
+                    if progress:
+                        progress({"phase": "ceiling", "label": f"same SQL, {w}w", "done": 0,
+                                  "tasks": 0})
+                    same = measure_same_sql(base, w, tasks, lifecycle_sql, timeout_s=timeout_s)
+                    same["rep"] = rep + 1
+                    same_sql_runs.append(same)
+                    rep_same[w] = same["lifecycles_per_s"]
                 label = variant_label(tgt.spec, s, p, multi)
                 if progress:
                     progress({"phase": "run", "label": f"{w}w {label}", "index": index,
@@ -105,6 +120,14 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
                 r["raw_half"] = rep_ceiling / 2  # a lifecycle is at least two such writes
                 r["lifecycle_ratio"] = (r["lifecycles_per_s"] / r["raw_half"]
                                         if rep_ceiling else 0.0)
+                same = rep_same.get(r["workers"], 0.0)
+                if same and _is_ferry_core(r):
+                    r["same_sql_per_s"] = same
+                    r["same_sql_ratio"] = r["lifecycles_per_s"] / same
+                solo = next((q for q in rep_runs if q["workers"] == 1
+                             and q["label"] == r["label"]), None)
+                if solo and solo["lifecycles_per_s"]:  # scaling within this repetition
+                    r["vs_1_worker"] = r["lifecycles_per_s"] / solo["lifecycles_per_s"]
             runs.extend(rep_runs)
             before = after
         best = max(samples)
@@ -121,6 +144,25 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
                        "its repetition, this field is the best of all; raw/2 is the lifecycle "
                        "ceiling (a claim and a fulfill are at least two such writes)"),
         }
+        if lifecycle_sql is not None:
+            by_w: dict[str, list[float]] = {}
+            for q in same_sql_runs:
+                by_w.setdefault(str(q["workers"]), []).append(q["lifecycles_per_s"])
+            ceiling["same_sql"] = {
+                "by_workers": by_w, "runs": same_sql_runs,
+                "poll": list(lifecycle_sql.poll), "fulfill": list(lifecycle_sql.fulfill),
+                "trace_events": list(lifecycle_sql.events),
+                "settings": dict(lifecycle_sql.settings),
+                "method": ("ferry_core's own SQL: the statements of a busy poll_next (the "
+                           "claiming UPDATE; its trigger writes the token history) and of "
+                           "the fulfill, traced from the store and replayed by W bare "
+                           "processes (sqlite3 only: SQLite's own busy handler with "
+                           "busy_timeout=5000 ms, the store's connection settings and SQL "
+                           "function, SQLite's automatic checkpoint) from one barrier on "
+                           "the same tasks, right before the runs at W workers in every "
+                           "repetition; same_sql_ratio = a run's lifecycles/s over that "
+                           "repetition's sample at its worker count"),
+            }
         if claim_update is not None:
             ceiling["ferry_core_claim_update_per_s"] = claim_update
             ceiling["ferry_core_claim_update_note"] = (
@@ -135,6 +177,11 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
         }
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _is_ferry_core(run: dict[str, Any]) -> bool:
+    """A ferry_core run (its strategy and policy are ferry_core's, not ``as-is``)."""
+    return run.get("strategy") != AS_IS
 
 
 # Issue 19's acceptance, per worker count: lifecycles/s as a fraction of the same run's

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.tools.bench.ceiling import same_sql_line
 from harness.tools.bench.targets import short_name
 
 MIB = 1 << 20
@@ -195,6 +196,8 @@ def render_report(result: dict[str, Any], plots: list[str], plot_note: str | Non
         + f"). Statement: `{c['statement']}`.",
         "",
     ]
+    if same_sql_line(c):
+        lines += [f"{same_sql_line(c)} ({c['same_sql']['method']}).", ""]
     if "ferry_core_claim_update_per_s" in c:
         lines += [
             f"For scale: {c['ferry_core_claim_update_note']}: "

@@ -257,6 +257,9 @@ def _summarise(results: Mapping[int, WorkerResult], *, workers: int, strategy: s
         "per_worker_claims": per_worker,
         "wal_bytes": wal_end, "wal_bytes_max": wal_max,
         "cpu_s": cpu_s,
+        # lifecycles per CPU-second of the workers: on a shared machine the wall-clock rate
+        # follows the CPU share the workers got; this follows the work per lifecycle
+        "lifecycles_per_cpu_s": fulfilled / cpu_s if cpu_s > 0 else 0.0,
         "cpu_util": (cpu_s / (life_s * usable_cpus()) if life_s > 0 else 0.0),
         "preemptions": sum(r.preempted for r in rows),
         "voluntary_switches": sum(r.blocked for r in rows),

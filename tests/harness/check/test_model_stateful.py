@@ -11,7 +11,7 @@ import os
 import tempfile
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -159,7 +159,27 @@ class ImmediateStoreVersusModel(StoreVersusModel):
     strategy = "immediate"
 
 
+# CI runs the default profile (or ferry-ci): there a failing example is reported as found,
+# unshrunk — shrinking a 40-step run against a real SQLite file took over 15 minutes. Any
+# other profile (ferry-dev, ferry-thorough, --ferry-thorough, your own) shrinks it.
+CI_PROFILES = frozenset({"default", "ferry-ci"})
+
+
+def phases(profile: str) -> tuple[Phase, ...]:
+    """The Hypothesis phases this test runs under ``profile``: no shrinking in CI."""
+    if profile in CI_PROFILES:
+        return tuple(p for p in settings.default.phases if p not in (Phase.shrink, Phase.explain))
+    return tuple(settings.default.phases)
+
+
+def test_ci_does_not_shrink_and_a_local_profile_does():
+    assert Phase.shrink not in phases("default") and Phase.shrink not in phases("ferry-ci")
+    assert Phase.generate in phases("default") and Phase.reuse in phases("ferry-ci")
+    assert Phase.shrink in phases("ferry-dev") and Phase.shrink in phases("ferry-thorough")
+
+
 @pytest.mark.parametrize("machine", [StoreVersusModel, ImmediateStoreVersusModel], ids=["cas", "immediate"])
 def test_store_matches_model(machine):
     run_state_machine_as_test(
-        machine, settings=settings(max_examples=80, stateful_step_count=40, deadline=None))
+        machine, settings=settings(max_examples=80, stateful_step_count=40, deadline=None,
+                                   phases=phases(settings.get_current_profile_name())))

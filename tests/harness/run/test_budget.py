@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import selectors
 import signal
 import subprocess
 import sys
@@ -26,11 +28,44 @@ from tests.procs import group_members
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _start(target: str, budget: float, out: Path, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "harness", "fuzz", "--target", target, "--budget", str(budget),
-           "--seed", "0", "--example-db", "none", "--quiet", "--report-dir", str(out), *extra]
+# ``ferry-harness`` as a user starts it, but the child stamps its own monotonic clock (one
+# clock for every process on Linux) as its CLI starts: the budget is measured from there,
+# not from the parent's clock, which also counts the interpreter and import start-up.
+STAMP = "ferry-cli-start "
+_CHILD = ("import sys, time; from harness.cli.main import main; "
+          f"print({STAMP!r} + repr(time.monotonic()), file=sys.stderr, flush=True); "
+          "sys.exit(main(sys.argv[1:]))")
+
+
+def _start(target: str, budget: float, out: Path, *extra: str, quiet: bool = True) -> subprocess.Popen:
+    cmd = [sys.executable, "-c", _CHILD, "fuzz", "--target", target, "--budget", str(budget),
+           "--seed", "0", "--example-db", "none", *(["--quiet"] if quiet else []),
+           "--report-dir", str(out), *extra]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
+
+
+def _child_start(text: str) -> float:
+    """The child's own start (time.monotonic() of the child, printed as its CLI began)."""
+    line = next((ln for ln in text.splitlines() if ln.startswith(STAMP)), None)
+    assert line, f"the child printed no start stamp: {text[-2000:]}"
+    return float(line[len(STAMP):])
+
+
+def _wait_for(proc: subprocess.Popen, needle: str, timeout: float) -> str:
+    """Read the child's stderr until a whole line with ``needle`` has come (what was read
+    is returned)."""
+    seen, deadline = "", time.monotonic() + timeout
+    line = re.compile(re.escape(needle) + ".*\n")
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        while not line.search(seen):
+            left = deadline - time.monotonic()
+            assert left > 0 and proc.poll() is None, f"no {needle!r} within {timeout}s: {seen[-2000:]}"
+            if sel.select(left):
+                chunk = os.read(proc.stderr.fileno(), 1 << 16).decode()
+                seen += chunk
+    return seen
 
 
 def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, float]:
@@ -61,10 +96,9 @@ def _report(out: Path) -> dict:
 
 def test_a_hanging_store_fails_on_time_with_a_liveness_finding(tmp_path):
     budget = 6.0
-    t0 = time.perf_counter()
     proc = _start("tests.slow_stores:hang_claim", budget, tmp_path / "r")
     code, text, _ = _finish(proc, 60)
-    wall = time.perf_counter() - t0
+    wall = time.monotonic() - _child_start(text)  # from the child's own start to its exit
     assert wall <= budget * 1.1 + 10, f"{wall:.1f}s for a {budget}s budget"
     report = _report(tmp_path / "r")
     assert code == 1 and report["verdict"] == "fail", text
@@ -77,11 +111,10 @@ def test_a_hanging_store_fails_on_time_with_a_liveness_finding(tmp_path):
 @pytest.mark.parametrize("mode", ["stress", "schedule"])
 def test_a_ten_second_busy_timeout_store_keeps_the_budget(mode, tmp_path):
     budget = 5.0
-    t0 = time.perf_counter()
     proc = _start("tests.variants.bearer_immediate:make_store", budget, tmp_path / "r",
                   "--mode", mode)
     code, text, _ = _finish(proc, 60)
-    wall = time.perf_counter() - t0
+    wall = time.monotonic() - _child_start(text)
     report = _report(tmp_path / "r")
     assert code == 0 and report["verdict"] == "pass", text
     assert wall <= budget * 1.1 + 10, f"{wall:.1f}s for a {budget}s budget"
@@ -96,16 +129,50 @@ def test_a_signal_in_any_phase_leaves_a_readable_report(sig, when, tmp_path):
     until the limit; a signal in any phase ends the run with a report and exit 130."""
     budget = 4.0
     proc = _start("tests.slow_stores:hang_claim", budget, tmp_path / "r")
-    time.sleep(when)
+    try:  # the phases are timed from the child's own start, not from a loaded parent's
+        seen = _wait_for(proc, STAMP, 30)
+    except AssertionError:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    time.sleep(max(0.0, _child_start(seen) + when - time.monotonic()))
     if proc.poll() is None:
         proc.send_signal(sig)
     code, text, _ = _finish(proc, 40)
+    text = seen + text
     report = _report(tmp_path / "r")
-    assert report["verdict"] in ("fail", "pass", "unknown")
+    assert report["verdict"] in ("fail", "interrupted"), report["verdict"]
     assert code in (130, 1), text
     if code == 130:
         assert "interrupted" in text
+        assert report["interrupted"] is True  # never a pass: "interrupted", or the violation
     assert (tmp_path / "r" / "history.jsonl").exists()
+    _no_survivors(proc)
+
+
+def test_sigterm_stops_a_passing_run_at_once_with_exit_130(tmp_path):
+    """What CI runners send before they kill: SIGTERM in the middle of a 60 s search ends
+    the run within seconds, exit 130 (whatever the verdict so far), with the report of what
+    ran and no worker left. Ignoring SIGTERM runs the search on (the 20 s wait fails); a
+    run that forgets it was interrupted exits 0."""
+    budget = 60.0
+    proc = _start("ferry_core:LeaseStore", budget, tmp_path / "r", quiet=False)
+    try:
+        seen = _wait_for(proc, "ferry: fuzzing", 30)  # the first example has completed
+    except AssertionError:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code, text, _ = _finish(proc, 20)
+    text = seen + text
+    assert code == 130, f"exit {code} after SIGTERM: {text[-2000:]}"
+    assert "interrupted; the report covers what ran" in text, text[-2000:]
+    report = _report(tmp_path / "r")
+    assert report["stats"]["examples"] >= 1
+    assert report["stats"]["seconds"] < sent - _child_start(text) + 10, report["stats"]
+    assert (tmp_path / "r" / "history.jsonl").exists() and (tmp_path / "r" / "report.md").exists()
     _no_survivors(proc)
 
 

@@ -8,8 +8,10 @@ import json
 
 import pytest
 
+from harness.check.checker import invariant_kind
 from harness.run.campaign import Campaign, CampaignConfig, write_report
 from tests.broken_stores import BROKEN
+from tests.reproduction import MIN_HITS, hits
 
 
 def run(target: str, tmp_path, budget: float, seed: int = 0, **kw):
@@ -23,14 +25,16 @@ def run(target: str, tmp_path, budget: float, seed: int = 0, **kw):
 @pytest.mark.parametrize("factory", sorted(BROKEN))
 def test_broken_store_is_caught_with_its_invariant(factory, tmp_path, ferry_budget):
     invariant, _why = BROKEN[factory]
-    outcome = run(f"tests.broken_stores:{factory}", tmp_path, budget=60 * ferry_budget)
+    # a robustness finding never ends the search (PROTOCOL.md#several-findings): such a
+    # store is searched for safety violations to the end of its budget, so keep it short
+    budget = 60 if invariant_kind(invariant) != "robustness" else 8
+    outcome = run(f"tests.broken_stores:{factory}", tmp_path, budget=budget * ferry_budget)
     assert outcome.verdict == "fail", f"{factory} ({invariant}) was not caught"
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["violations"][0]["invariant"] == invariant, report["violations"][0]["message"]
     v = report["violations"][0]
     assert v["steps"] and v["history"], "a violation carries its minimal steps and history lines"
-    hits, tries = map(int, v["reproduced"].split("/"))
-    assert tries == 10 and hits >= 1
+    assert hits(v["reproduced"]) >= MIN_HITS, v["reproduced"]  # the rate README.md states
     for name in ("report.json", "report.md", "history.jsonl", "timeline.html"):
         assert (tmp_path / "r" / name).stat().st_size > 0
 

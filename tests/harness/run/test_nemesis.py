@@ -25,6 +25,7 @@ from harness.runtime.clock import SharedClock
 from tests import broken_stores
 from tests.broken_stores import FAULT_BROKEN
 from tests.procs import children_of
+from tests.reproduction import FAULT_ONLY_MIN_HITS, hits
 
 SLOW_S = 0.3
 HALF_US = int(SLOW_S * 1e6 / 2)
@@ -180,6 +181,7 @@ def test_fault_broken_store_is_caught_by_its_fault(factory, tmp_path, ferry_budg
     v = out.report.violations[0]
     assert v.invariant == invariant, v.message
     assert v.steps[-1]["kind"] == "fault" and v.steps[-1]["fault"] in faults
+    assert hits(v.reproduced) >= FAULT_ONLY_MIN_HITS, v.reproduced  # the rate README.md states
     assert time.perf_counter() - t0 < 60
 
 

@@ -94,6 +94,8 @@ def test_every_key_is_there_and_every_task_was_claimed_once(small_result):
     assert set(res) >= {"runs", "ceiling", "machine", "goal", "notes"}
     assert res["ceiling"]["updates_per_s"] > 0
     assert res["machine"]["cpu_count"] >= 1 and res["machine"]["sqlite"]
+    ferry = res["machine"]["ferry"]  # which ferry made it, as every report.json records
+    assert ferry["version"] and ferry["commit"] and ferry["dirty"] in ("yes", "no")
     assert len(res["runs"]) == 2 * 2 * 3
     for run in res["runs"]:
         assert all(k in run for k in RUN_KEYS), sorted(set(RUN_KEYS) - set(run))

@@ -1,0 +1,73 @@
+"""Where the store's own WAL reset holds the write lock, and for how long (counted in
+statements and settings, not timed).
+
+A TRUNCATE checkpoint holds the write lock while it copies and while it waits for readers:
+every other writer waits behind it. So the store copies first with a PASSIVE checkpoint
+(no write lock), lets the TRUNCATE wait at most ``WAL_RESET_WAIT_MS``, and retries a reset
+that found the lock busy a few writes later.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ferry_core import store as store_mod
+
+
+def _checkpoint_statements(store, fn) -> list[str]:
+    seen: list[str] = []
+    store.set_trace_callback(seen.append)
+    try:
+        fn()
+    finally:
+        store.set_trace_callback(None)
+    return [s for s in seen if "checkpoint" in s or "busy_timeout" in s]
+
+
+def _lifecycles(store, n: int) -> None:
+    for i in range(n):
+        tid = store.dispatch(None, payload={"i": i, "pad": "p" * 200})
+        c = store.poll_next("A")
+        store.fulfill(tid, "A", c.token, i)
+
+
+def _over_the_limit(store_factory, db_path):
+    """A store whose WAL a reader pinned past the limit: its own checkpoints are on."""
+    store = store_factory(wal_limit_bytes=1 << 20)
+    reader = sqlite3.connect(db_path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM tasks").fetchall()
+    _lifecycles(store, 60)
+    assert store._own_checkpoints
+    return store, reader
+
+
+def test_the_reset_copies_without_the_write_lock_first_and_waits_briefly(store_factory,
+                                                                          db_path):
+    store, reader = _over_the_limit(store_factory, db_path)
+    reader.execute("ROLLBACK")
+    reader.close()
+    stmts = _checkpoint_statements(store, lambda: store._bound_wal(retry=False))
+    passive = stmts.index("PRAGMA wal_checkpoint(PASSIVE)")
+    truncate = stmts.index("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert passive < truncate, stmts
+    wait = f"PRAGMA busy_timeout={store_mod.WAL_RESET_WAIT_MS}"
+    assert stmts.index(wait) < truncate, stmts  # the write lock is held this long at most
+    assert store_mod.WAL_RESET_WAIT_MS <= 5
+    assert not store._reset_pending
+
+
+def test_a_busy_reset_is_retried_soon_without_copying_again(store_factory, db_path):
+    store, reader = _over_the_limit(store_factory, db_path)
+    try:
+        stmts = _checkpoint_statements(store, lambda: store._bound_wal(retry=False))
+        assert "PRAGMA wal_checkpoint(TRUNCATE)" in stmts
+        assert store._reset_pending  # the reader still pins the WAL: the TRUNCATE gave up
+        retried = _checkpoint_statements(store, lambda: _lifecycles(store, 2))  # 6 writes
+        assert retried.count("PRAGMA wal_checkpoint(TRUNCATE)") >= 1, retried
+        assert "PRAGMA wal_checkpoint(PASSIVE)" not in retried, retried
+    finally:
+        reader.execute("ROLLBACK")
+        reader.close()
+    _lifecycles(store, 4)
+    assert not store._reset_pending
