@@ -36,6 +36,8 @@ _WHERE = {
     # campaigns and gates
     "Campaign": "harness.run.campaign", "CampaignConfig": "harness.run.campaign",
     "ferry_gate": "harness.cli.pytest_plugin",
+    # recording a store's calls in your own tests (then Checker / ferry-harness check)
+    "Recorder": "harness.tools.recorder",
 }
 
 __all__ = sorted(_WHERE)

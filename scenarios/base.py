@@ -298,7 +298,7 @@ class Session(Executor):
 
     def set_clock(self, ms: int, why: str = "") -> None:
         """Move the shared clock to exactly ``ms`` (forward only: leases never un-expire)."""
-        if not self._set_clock(ms):
+        if not self.move_clock(ms):
             raise ValueError(f"the clock only moves forward ({self.clock()} -> {ms})")
         self.say(f"clock set to {ms}{' (' + why + ')' if why else ''}")
 

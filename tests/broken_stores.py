@@ -736,6 +736,61 @@ def unfenced_write(path: str, *, clock) -> UnfencedWriteStore:
     return UnfencedWriteStore(path, clock=clock)
 
 
+# ---------------------------------------------------------------------- 13. split_claim
+class SplitClaimStore(LeaseStore):
+    """BUG: a claim commits in two transactions: status and holder first, lease and token
+    second.
+
+    A claim that looks careful about contention: the first autocommit ``UPDATE`` wins the
+    task (``status='CLAIMED'``, ``claimed_by``, ``attempt + 1``: the CAS), the second hands
+    out the lease (``lease_expires_at``) and the fresh token. Without faults the second
+    always follows the first, and a racer that reads between them sees a task already
+    claimed. A claimer killed between them (the worker that dies mid-claim) leaves the task
+    ``CLAIMED`` with no lease of its own: ``lease_expires_at`` still holds the first
+    transaction's placeholder (the far future, "nobody may steal it before the lease is
+    written"), so no expiry ever requeues it, no token can ever finish it, and every claim
+    is refused — lost for ever.
+    ``TOCTOU_WINDOW_S`` stands in for what separates the two (a network hop, a pause).
+    Polls take the same path (a store with its own ``_cas_claim`` picks, then CASes).
+    Invariant: ``lease-half-open`` (the lease a killed claim may have taken must end at
+    claimed_at + exec_ttl_ms: at that instant a rescuer must win); ``ferry-harness crash``
+    counts the task as lost, under the same id.
+    """
+
+    PLACEHOLDER = 2 ** 62  # the lease until the second transaction writes the real one
+
+    def _cas_claim(self, conn: sqlite3.Connection, task_id: str, agent_id: str,
+                   now: int) -> Claim | None:
+        self._claim_attempts += 1
+        won = conn.execute(  # BUG: the first of two transactions
+            "UPDATE tasks SET status='CLAIMED', claimed_by=:agent, claimed_at=:now,"
+            " lease_expires_at=:placeholder, attempt=attempt + 1, extend_count=0"
+            " WHERE task_id=:task_id AND status='SUBMITTED' AND pending_deps=0"
+            " AND queue_deadline > :now AND (target_agent IS NULL OR target_agent = :agent)",
+            {"agent": agent_id, "now": now, "task_id": task_id,
+             "placeholder": self.PLACEHOLDER}).rowcount
+        if won != 1:
+            self._claim_misses += 1
+            return None
+        time.sleep(TOCTOU_WINDOW_S)  # (see TOCTOU_WINDOW_S)
+        token = str(uuid.uuid4())
+        # the second statement retries on its own when busy (the busy policy around this
+        # method would run the first one again, which now matches nothing)
+        rows = self._busy.run(lambda: conn.execute(
+            "UPDATE tasks SET claim_token=:token, lease_expires_at=:now + exec_ttl_ms"
+            " WHERE task_id=:task_id AND status='CLAIMED' AND claimed_by=:agent"
+            " AND claim_token IS NULL RETURNING claimed_at, lease_expires_at, attempt",
+            {"agent": agent_id, "token": token, "now": now, "task_id": task_id}).fetchall())
+        if not conn.in_transaction:
+            self._wrote()
+        claimed_at, expires, attempt = rows[0]
+        return Claim(task_id, agent_id, token, claimed_at, expires, attempt)
+
+
+def split_claim(path: str, *, clock) -> SplitClaimStore:
+    return SplitClaimStore(path, clock=clock)
+
+
 FAULT_BROKEN: dict[str, tuple[tuple[str, ...], str, str]] = {
     "pinned_lease": (
         ("kill",), "lease-half-open",
@@ -743,6 +798,9 @@ FAULT_BROKEN: dict[str, tuple[tuple[str, ...], str, str]] = {
     "unfenced_write": (
         ("pause",), "lease-half-open",
         "fulfill's final UPDATE lacks the token: a zombie woken after a reclaim completes it"),
+    "split_claim": (
+        ("kill",), "lease-half-open",
+        "claim commits status first, lease and token second: a death between loses the task"),
 }
 
 __all__ = ["BROKEN", "FAULT_BROKEN", "TOCTOU_WINDOW_S", *BROKEN, *FAULT_BROKEN]

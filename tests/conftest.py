@@ -143,3 +143,30 @@ def pytest_configure(config):
 def ferry_budget(request) -> float:
     """Multiplier for time budgets: 1 by default, 10 with --ferry-thorough."""
     return 10.0 if request.config.getoption("--ferry-thorough") else 1.0
+
+
+# ------------------------------------------------------------- what the run did not cover
+#: a skip reason naming one of these -> what the run could not check, and how to get it
+SYSTEM_NEEDS = {
+    "chromium": ("the timeline's browser tests", "apt-get install chromium"),
+    "redis-server": ("the shared Redis example database test", "apt-get install redis-server"),
+}
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Name the coverage a missing system program cost, at the end of the run: without
+    chromium or redis-server those tests skip, and a skip count alone hides it."""
+    missing: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        for program in SYSTEM_NEEDS:
+            if f"{program} not found" in reason:
+                missing[program] = missing.get(program, 0) + 1
+    if not missing:
+        return
+    terminalreporter.section("not covered", yellow=True)
+    for program, count in missing.items():
+        what, fix = SYSTEM_NEEDS[program]
+        terminalreporter.write_line(f"{count} test(s) skipped, {what}: {program} not found "
+                                    f"({fix}; .ci/run installs it)", yellow=True)

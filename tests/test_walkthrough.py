@@ -64,7 +64,7 @@ def test_readme_walkthrough_from_an_empty_directory(tmp_path):
             assert "[single-winner]" in out and "PROTOCOL.md#single-winner" in out, out
             assert re.search(r"FAILED test_mystore_gate\.py::gate::\S+ - \[single-winner\]",
                              out), out
-            assert (cwd / "ferry-reports" / "fuzz" / "report.json").exists()
+            assert (cwd / "ferry-reports" / "latest" / "fuzz" / "report.json").exists()
         elif comment.startswith("exit 1"):
             assert proc.returncode == 1, out
             assert "reproduced" in out, out

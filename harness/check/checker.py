@@ -7,7 +7,7 @@ scenarios, the recorder) use :func:`fuzz_invariants`: most rules are checked thr
 model (linearizability per task and per lock, the failing step classified by the rule it
 breaks); the rest need a global view of the history: tokens across tasks, dependencies
 across tasks, and the WAL measurements the executor attaches to ops as ``extra``. The crash
-campaign composes its own checks (:func:`harness.check.invariants.crash_audit.crash_invariants`).
+campaign composes its own checks with these (:func:`harness.check.invariants.crash_audit.crash_invariants`).
 
 This module is the check layer's front door: it also exports the vocabulary the layers
 above read (:class:`Violation`, :data:`INVARIANTS`, :func:`invariant_status`,

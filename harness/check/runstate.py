@@ -129,6 +129,11 @@ class RunState:
         self.touch_min: dict[Any, int] = {}
         self.info_claim_min: float = math.inf
         self.ended: dict[Any, int] = {}
+        # tasks dispatched and not yet known to be over (fulfilled or seen FAILED/TIMED_OUT):
+        # the partitions an indeterminate poll may have claimed from
+        self.open_tasks: dict[Any, str] = {}
+        # op index -> the extra partitions an indeterminate poll was added to
+        self.spread: dict[int, list[str]] = {}
         self.sweeps = PrefixMax()  # completion -> invoke of OK sweeps
         # tasks that may be ready (dependencies fulfilled), per target agent, as
         # [dispatch completion, dispatch position, task key or None once pruned], sorted
@@ -166,6 +171,8 @@ class RunState:
             if search is None:
                 search = self.parts[key] = task_search(key, self.cfg, budget=self.budget)
             search.add((o,))
+        elif o.op == "poll_next" and o.type == INFO and "invalid_args" not in o.extra:
+            self._spread(o)
         if o.op not in READS:
             self.writers.add(o.invoke_ns, o.now, o.index)
         if "invalid_args" in o.extra:
@@ -196,6 +203,9 @@ class RunState:
             if k in self.dispatched:
                 self.dup_dispatch = True
             self.dispatched[k] = o
+            pk = partition_key(o)
+            if pk is not None:
+                self.open_tasks[k] = pk
             self.disp_pos.setdefault(k, len(self.disp_pos))
             self.ok_writes.append(o)
             missing = [hashable(x) for x in self.deps[k] if hashable(x) not in self.fulfilled_ok]
@@ -210,6 +220,7 @@ class RunState:
                 self.ok_writes.append(o)
                 if k not in self.fulfilled_ok:
                     self.fulfilled_ok[k] = o
+                    self.open_tasks.pop(k, None)
                     for dependent in self.waiting.pop(k, ()):
                         if all(hashable(x) in self.fulfilled_ok for x in self.deps.get(dependent, ())):
                             self._maybe_ready(dependent)
@@ -228,6 +239,22 @@ class RunState:
     def _ended(self, o: Op) -> None:
         k, t = hashable(o.args.get("task_id")), o.complete_ns or 0
         self.ended[k] = min(self.ended.get(k, t), t)
+        self.open_tasks.pop(k, None)
+
+    def _spread(self, o: Op) -> None:
+        """An indeterminate ``poll_next`` (its worker was killed or timed out) names no task,
+        yet it may have claimed any task that was open: it joins the search of each of
+        them as an ``info`` op that may or may not have taken effect there (PROTOCOL.md:
+        a crashed call's effect is unknown). Without it, a killed poll that committed
+        leaves a CLAIMED task no op explains."""
+        keys = []
+        for key in self.open_tasks.values():
+            search = self.parts.get(key)
+            if search is not None and not search.done:
+                search.add((o,))
+                keys.append(key)
+        if keys:
+            self.spread[o.index] = keys
 
     def _maybe_ready(self, k: Any) -> None:
         d = self.dispatched.get(k)

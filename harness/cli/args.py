@@ -4,15 +4,17 @@ the same way (``--workers 0`` is refused before anything starts)."""
 from __future__ import annotations
 
 import argparse
+import math
+import random
 
-__all__ = ["fraction", "positive_int", "positive_seconds", "size"]
+__all__ = ["fraction", "positive_int", "positive_seconds", "random_seed", "seed", "size"]
 
 
 def positive_int(text: str) -> int:
     """A whole number > 0. ``positive_int("4") == 4``; ``"0"`` raises ArgumentTypeError."""
     try:
         value = int(text)
-    except ValueError:
+    except (TypeError, ValueError):
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
@@ -31,14 +33,32 @@ def fraction(text: str) -> float:
 
 
 def positive_seconds(text: str) -> float:
-    """Seconds > 0. ``positive_seconds("2.5") == 2.5``; ``"0"`` raises ArgumentTypeError."""
+    """Finite seconds > 0. ``positive_seconds("2.5") == 2.5``; ``"0"``, ``"-3"``, ``"nan"``
+    and ``"inf"`` raise ArgumentTypeError (a NaN budget never ends, and a report cannot
+    hold it as JSON)."""
     try:
         value = float(text)
-    except ValueError:
+    except (TypeError, ValueError):
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {value}")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
     return value
+
+
+def seed(text: str) -> int:
+    """A seed: a whole number >= 0. ``seed("42") == 42``; ``"x"`` raises ArgumentTypeError."""
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a whole-number seed, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a seed >= 0, got {value}")
+    return value
+
+
+def random_seed() -> int:
+    """A fresh seed for a run that was given none (printed and recorded, so it can be fixed)."""
+    return random.SystemRandom().randrange(2**32)
 
 
 def size(text: str) -> int:
@@ -52,6 +72,6 @@ def size(text: str) -> int:
         value = float(num) * units[unit]
     except (ValueError, KeyError):
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 64MiB or 500000)") from None
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"a size must be positive, got {text!r}")
     return int(value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -24,7 +25,12 @@ from harness.tools.bench.matrix import (
     run_bench,
 )
 from harness.tools.bench.report import compare_table, summary_table, write_report
-from harness.tools.bench.targets import BenchUsageError, resolve_target, split_targets
+from harness.tools.bench.targets import (
+    BenchUsageError,
+    ferry_core_only,
+    resolve_target,
+    split_targets,
+)
 
 MAX_WORKERS = 256
 
@@ -65,19 +71,25 @@ def parse_options(args: argparse.Namespace) -> dict[str, Any]:
         timeout = float(args.timeout)
     except ValueError:
         raise BenchUsageError(f"--timeout must be seconds, got {args.timeout!r}") from None
-    if timeout <= 0:
-        raise BenchUsageError(f"--timeout must be > 0 seconds, got {timeout:g}")
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise BenchUsageError(f"--timeout must be a finite number of seconds > 0, got {args.timeout!r}")
     try:
         repeat = int(args.repeat)
     except ValueError:
         raise BenchUsageError(f"--repeat must be a whole number, got {args.repeat!r}") from None
     if repeat < 1:
         raise BenchUsageError(f"--repeat must be at least 1, got {repeat}")
+    specs = split_targets(args.target)
+    # another store measured (alone or beside ferry_core): ferry_core is one row, its
+    # defaults, unless --strategy / --busy-policy ask for its variants
+    own = all(resolve_target(spec).ferry_core for spec in specs)
+    strategy = args.strategy or ("cas,immediate" if own else "cas")
+    policy = args.busy_policy or (",".join(DEFAULT_POLICIES) if own else "hybrid")
     opts = {
         "target": args.target, "repeat": repeat,
         "workers": _int_list("--workers", args.workers),
-        "strategies": _choices("--strategy", args.strategy, STRATEGIES),
-        "policies": _choices("--busy-policy", args.busy_policy, sorted(POLICIES)),
+        "strategies": _choices("--strategy", strategy, STRATEGIES),
+        "policies": _choices("--busy-policy", policy, sorted(POLICIES)),
         "tasks": tasks, "timeout_s": timeout, "db_dir": args.db_dir,
     }
     if args.db_dir and not (os.path.isdir(args.db_dir) and os.access(args.db_dir, os.W_OK)):
@@ -91,8 +103,6 @@ def parse_options(args: argparse.Namespace) -> dict[str, Any]:
                 raise BenchUsageError(f"{flag}: cannot create {where!r}: {exc.strerror or exc}") from None
             if not os.access(where, os.W_OK):
                 raise BenchUsageError(f"{flag}: {where!r} is not writable")
-    for spec in split_targets(args.target):
-        resolve_target(spec)  # TargetError -> one line, exit 2
     return opts
 
 
@@ -103,6 +113,7 @@ class _Progress:
         self.quiet = quiet
         self.every_s = every_s
         self.last = 0.0
+        self.shown_ceiling: str | None = None  # say "ceiling before" once, not per sample
         self.live = None
         if not quiet and sys.stderr.isatty():
             # only for a terminal: a piped or quiet run never pays for importing rich
@@ -145,7 +156,12 @@ class _Progress:
             print(f"ferry bench: [{s['index'] + 1}/{s['total']}] {self._result_line(s['record'])}",
                   file=sys.stderr, flush=True)
             self.last = now
-        elif phase in ("run", "ceiling") or now - self.last >= self.every_s:
+        elif phase == "ceiling":
+            if s["label"] != self.shown_ceiling:
+                self.shown_ceiling = s["label"]
+                self.last = now
+                print(f"ferry bench: ceiling {s['label']}", file=sys.stderr, flush=True)
+        elif phase == "run" or now - self.last >= self.every_s:
             self.last = now
             done = f" {s['done']}/{s['tasks']}" if s.get("tasks") else ""
             print(f"ferry bench: {phase} {s['label']}{done}", file=sys.stderr, flush=True)
@@ -193,7 +209,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print()
     for line in compare_table(result):
         print(line)
-    for g in result["goal"]:
+    # the goal is the project's own (issue 19): a bench of another store does not judge it
+    for g in result["goal"] if ferry_core_only(result) else ():
         failed = [k for k, ok in g["checks"].items() if not ok]
         print(f"goal ({g['workers']} workers, run {g['rep']}) {g['label']}: "
               f"{g['lifecycles_per_s']:,.0f} lifecycles/s = {g['lifecycle_ratio']:.2f} x raw/2, "
@@ -234,10 +251,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     add_target_option(p)
     p.add_argument("--workers", default=",".join(map(str, DEFAULT_WORKERS)), metavar="LIST",
                    help="comma-separated worker counts (default 1,2,4,8,16)")
-    p.add_argument("--strategy", default="cas,immediate", metavar="LIST",
-                   help="ferry_core claim strategies (default cas,immediate)")
-    p.add_argument("--busy-policy", default=",".join(DEFAULT_POLICIES), metavar="LIST",
-                   help=f"ferry_core busy policies (default {','.join(DEFAULT_POLICIES)})")
+    p.add_argument("--strategy", default=None, metavar="LIST",
+                   help="ferry_core claim strategies (default cas,immediate; cas when "
+                   "another store is measured beside it)")
+    p.add_argument("--busy-policy", default=None, metavar="LIST",
+                   help=f"ferry_core busy policies (default {','.join(DEFAULT_POLICIES)}; "
+                   "hybrid when another store is measured beside it)")
     p.add_argument("--repeat", default="1", metavar="N",
                    help="run the whole matrix N times, interleaved (default 1): on a shared "
                    "machine, look at the spread")

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from harness.cli.args import fraction, positive_int
+from harness.cli.args import fraction, positive_int, random_seed, seed
 from harness.errors import ExitCode
 from harness.report.paths import check_report_dir
 from harness.runtime.target import add_target_option, load_factory
@@ -30,7 +30,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--workers", type=positive_int, default=4, metavar="W",
                    help="worker processes (default 4, at least 2)")
     add_target_option(p)
-    p.add_argument("--seed", type=int, default=0, help="seed for victims and kill timing (default 0)")
+    p.add_argument("--seed", type=seed, default=None,
+                   help="seed for victims and kill timing (default: a fresh random one, "
+                   "printed first)")
     p.add_argument("--kill-rate", type=fraction, default=0.35, metavar="P",
                    help="fraction of rounds in which one worker is killed (default 0.35)")
     p.add_argument("--report-dir", default=None, metavar="DIR",
@@ -44,8 +46,9 @@ def cmd_crash(args: argparse.Namespace) -> int:
     load_factory(args.target)
     if args.report_dir:
         check_report_dir(args.report_dir)
+    run_seed = args.seed if args.seed is not None else random_seed()
     cfg = CrashConfig(target=args.target, workers=args.workers, rounds=args.rounds,
-                      seed=args.seed, report_dir=args.report_dir, kill_rate=args.kill_rate)
+                      seed=run_seed, report_dir=args.report_dir, kill_rate=args.kill_rate)
 
     def show(t: Tally) -> None:
         if not args.quiet:
@@ -56,6 +59,8 @@ def cmd_crash(args: argparse.Namespace) -> int:
     rep = crash.run()
     for line in summary_lines(rep, args.report_dir):
         print(line)
+    print(f"  seed {run_seed}" + ("" if args.seed is not None else
+                                  f" (random: --seed {run_seed} runs the same victims again)"))
     if args.report_dir:
         d = write_report(rep, crash.history, args.report_dir)
         print(f"  report: {d}/crash.json  history: {d}/history.jsonl")

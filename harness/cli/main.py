@@ -16,13 +16,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.cli import bench, check, crash, new_target, scenario
-from harness.cli.args import positive_int, positive_seconds, size
+from harness.cli import bench, check, crash, new_target, protocol, scenario
+from harness.cli.args import positive_int, positive_seconds, random_seed, seed, size
 from harness.errors import EXIT_CODES_HELP, ExitCode, FerryError, TargetError
-from harness.report.paths import check_report_dir
+from harness.report.paths import LATEST, check_report_dir, make_run_dir, run_dir_name
+from harness.report.protocol import read_hint
 from harness.report.schema import said_reproduced
 from harness.report.story import database_note, exit_reason, headline
 from harness.run.nemesis import FAULTS
+from harness.runtime.provenance import provenance
 from harness.runtime.target import add_import_root, add_target_option, load_factory
 
 
@@ -34,6 +36,32 @@ def _faults(text: str) -> tuple[str, ...]:
     return kinds
 
 
+#: where ``fuzz`` writes without ``--report-dir``: one ``run-<UTC>-seed<N>/`` per run
+DEFAULT_REPORT_ROOT = "reports"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the version and, in a git checkout, the commit (computed only when
+    asked: it runs git)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(version_line())
+        parser.exit()
+
+
+def version_line() -> str:
+    """``ferry-harness 0.1.0 (commit 9516f16…, dirty)``; no commit for an installed wheel."""
+    p = provenance()
+    line = f"ferry-harness {p['version']}"
+    if p.get("commit"):
+        line += f" (commit {p['commit'][:12]}{', dirty' if p.get('dirty') == 'yes' else ''})"
+    return line
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ferry-harness",
@@ -42,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         "PROTOCOL.md#invariants.",
         epilog=EXIT_CODES_HELP,
     )
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print the version (and the git commit of a checkout) and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     fuzz = sub.add_parser("fuzz", help="run a fuzz campaign and write a report",
@@ -58,7 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "shrink, replays, report — ends within budget × 1.1 + 10 s")
     group.add_argument("--max-examples", type=positive_int, default=None, metavar="N",
                        help="stop after N examples instead of a time budget")
-    fuzz.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    fuzz.add_argument("--seed", type=seed, default=None,
+                      help="generator seed (default: a fresh random one, printed in the "
+                      "headline and recorded in the report; pass it to explore the same "
+                      "examples again)")
     fuzz.add_argument("--steps", type=positive_int, default=30, metavar="N",
                       help="steps per example (default 30)")
     fuzz.add_argument("--mode", choices=("stress", "schedule"), default="stress",
@@ -67,15 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
                       "failure replays exactly")
     fuzz.add_argument("--faults", type=_faults, default=(), metavar="KINDS",
                       help="comma-separated faults to inject: kill,pause,clock (default none)")
-    fuzz.add_argument("--report-dir", default="reports/latest", metavar="DIR",
-                      help="where report.json, report.md, history.jsonl and timeline.html go "
-                      "(default reports/latest)")
+    fuzz.add_argument("--report-dir", default=None, metavar="DIR",
+                      help="where report.json, report.md, history.jsonl and timeline.html go, "
+                      "exactly (default: a new reports/run-<UTC time>-seed<N>/ per run, with "
+                      "reports/latest linked to it and failing examples kept in "
+                      "reports/examples)")
     fuzz.add_argument("--example-db", default=None, metavar="SPEC",
                       help="Hypothesis example database where failing examples are saved and "
                       "replayed first next time: none | dir:PATH (or a plain path) | "
                       "redis://HOST:PORT/N (shared between machines; needs the redis "
                       "package) | github:OWNER/REPO[/ARTIFACT] (read-only). Default: "
-                      "$FERRY_EXAMPLE_DB, else DIR/examples under the report directory")
+                      "$FERRY_EXAMPLE_DB, else DIR/examples under the report directory "
+                      "(reports/examples without --report-dir)")
     fuzz.add_argument("--wal-bound", type=size, default=64 << 20, metavar="SIZE",
                       help="the -wal may never grow past this (wal-bounded), e.g. 64MiB, "
                       "8MiB, 500000 (bytes; default 64MiB)")
@@ -95,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "130 interrupted.")
     replay.add_argument("report_dir", metavar="DIR",
                         help="a report directory written by fuzz, scenarios --report-dir, the "
-                        "pytest gate (ferry-reports/fuzz, ferry-reports/scenario/NAME) or crash "
+                        "pytest gate (ferry-reports/latest/fuzz, ferry-reports/latest/scenario/NAME) or crash "
                         "--report-dir (holds report.json or crash.json)")
     replay.add_argument("--tries", type=positive_int, default=10, help="how many runs (default 10)")
     replay.add_argument("--target", default=None, metavar="MODULE:FACTORY",
@@ -149,14 +185,23 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     from harness.run.campaign import Campaign, CampaignConfig, write_report
 
     load_factory(args.target)
-    check_report_dir(args.report_dir)
+    run_seed = args.seed if args.seed is not None else random_seed()
+    # examples outlive the per-run directories; the database is opened before any
+    # directory is made, so a bad --example-db leaves nothing behind
+    examples_under = args.report_dir if args.report_dir is not None else DEFAULT_REPORT_ROOT
+    database = _example_db(args.example_db, examples_under)
+    if args.report_dir is not None:  # exactly there, as before
+        report_dir = args.report_dir
+        check_report_dir(report_dir)
+    else:  # one directory per run, ``latest`` naming the newest
+        report_dir = str(make_run_dir(DEFAULT_REPORT_ROOT, run_dir_name(run_seed)))
     budget = args.budget if args.budget is not None else (None if args.max_examples else 30.0)
     cfg = CampaignConfig(target=args.target, workers=args.workers, budget_s=budget,
-                         max_examples=args.max_examples, seed=args.seed,
-                         report_dir=args.report_dir, steps_per_example=args.steps,
+                         max_examples=args.max_examples, seed=run_seed,
+                         report_dir=report_dir, steps_per_example=args.steps,
                          faults=args.faults, mode=args.mode, op_timeout_s=args.op_timeout,
                          wal_bound_bytes=args.wal_bound,
-                         database=_example_db(args.example_db, args.report_dir))
+                         database=database)
     show, stop = _progress_printer(args.quiet)
     campaign = Campaign(cfg, progress=show)
     try:
@@ -172,9 +217,11 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         print(f"ferry: {note}")
     # every distinct invariant found, safety first (PROTOCOL.md#several-findings)
     print(f"ferry: {headline(rep)} — {stats.examples} examples, {stats.race_rounds} race "
-          f"rounds, {stats.ops} operations in {stats.seconds:.1f}s against {cfg.target}")
+          f"rounds, {stats.ops} operations in {stats.seconds:.1f}s against {cfg.target} "
+          f"(seed {cfg.seed}{'' if args.seed is not None else ', random: --seed fixes it'})")
     for v in rep.violations:
-        print(f"  [{v.invariant}] {v.message} (see {v.protocol})")
+        anchor = v.protocol.partition("#")[2] or v.invariant
+        print(f"  [{v.invariant}] {v.message} (see {v.protocol}: {read_hint(anchor)})")
         sched = f", schedule {v.schedule}" if v.schedule else ""
         print(f"    minimal example: {len(v.steps or ())} steps{sched}, reproduced "
               f"{said_reproduced(v, rep.mode) or '?'}")
@@ -188,7 +235,10 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     skipped = [k for k, s in (rep.invariants or {}).items() if not s.startswith("checked")]
     if skipped:
         print(f"  skipped: {', '.join(skipped)} (see report)")
-    print(f"  report: {d}/report.md  timeline: {d}/timeline.html")
+    link = Path(DEFAULT_REPORT_ROOT) / LATEST
+    latest = f"  (also {link})" if args.report_dir is None and link.is_symlink() \
+        and link.resolve() == Path(d).resolve() else ""
+    print(f"  report: {d}/report.md  timeline: {d}/timeline.html{latest}")
     if rep.violations:
         print(f"  replay: ferry-harness replay {d}")
     code, why = exit_reason(rep)
@@ -279,7 +329,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def _subcommands(sub: Any) -> dict[str, Any]:
     """Every subcommand but fuzz and replay registers itself from its own cli module."""
     handlers: dict[str, Any] = {}
-    for module in (bench, scenario, crash, new_target, check):
+    for module in (bench, scenario, crash, new_target, check, protocol):
         handlers.update(module.register(sub))
     return handlers
 

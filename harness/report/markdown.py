@@ -13,6 +13,7 @@ from typing import Any
 
 from harness.check.history import FAIL, OK, Op
 from harness.check.invariant import invariant_kind
+from harness.report.protocol import read_hint
 from harness.report.schema import (
     FuzzStats,
     Report,
@@ -151,6 +152,8 @@ def _violation(n: int, v: ViolationReport, mode: str | None = None) -> list[str]
     out = [f"### {n}. `{inv_code}`" + ("" if kind == "safety" else f" ({kind})"), ""]
     if v.message:
         out += [_text(v.message), ""]
+    anchor = v.protocol.partition("#")[2] or v.invariant
+    out += [f"The rule: {v.protocol} (installed with ferry: {read_hint(anchor)})", ""]
     said = said_reproduced(v, mode)
     if said:
         out += [f"reproduced {_text(said)}", ""]

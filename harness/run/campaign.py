@@ -15,6 +15,7 @@ safety first, the time left shared equally between them (PROTOCOL.md#several-fin
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -112,6 +113,15 @@ class CampaignConfig:
     database: Any = None
     # seconds an op may run before it is a liveness finding; None: adaptive (client.py)
     op_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        # a NaN budget never ends (every comparison with it is False) and no report can
+        # hold it as JSON: finite and positive, or None where None is allowed
+        for name in ("budget_s", "op_timeout_s", "shrink_budget_s"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
+                                  or not math.isfinite(v) or v <= 0):
+                raise UsageError(f"{name} must be a finite number of seconds > 0, got {v!r}")
 
     def time_limit_s(self) -> float | None:
         """The promise: the whole campaign (search, shrink, replays, report) ends by then."""

@@ -55,7 +55,7 @@ def _redis(url: str) -> Any:
         from hypothesis.extra.redis import RedisExampleDatabase
     except ImportError:
         raise ExampleDbError(f"the example database {url} needs the redis package: "
-                             "pip install 'ferry[redis]' (or pip install redis)") from None
+                             "pip install 'ferry-harness[redis]' (or pip install redis)") from None
     client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=10)
     try:
         client.ping()  # fail now, with the address, rather than on the first save

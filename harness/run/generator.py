@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from harness.check.checker import Violation
-from harness.run.executor import HOSTILE_CASES, Executor
+from harness.run.executor import Executor
+from harness.run.faults import ANY_CALL
+from harness.run.hostile import HOSTILE_CASES
 from harness.run.steps import (
     RACES,
     Checkpoint,
@@ -216,6 +218,8 @@ class FerryMachine(RuleBasedStateMachine):
         step = Fault(fault=kind)
         if kind in ("kill", "pause"):
             step = replace(step, claim=data.draw(st.integers(0, 40), label="victim claim"))
+        if kind == "kill":  # the call it lands in: drawn by the nemesis, weighted
+            step = replace(step, during=ANY_CALL)
         if kind == "clock":
             step = replace(step, tick=data.draw(st.sampled_from([100, 1_000, 20_000]), label="jump"))
         self._do(step)

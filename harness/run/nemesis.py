@@ -1,48 +1,20 @@
 """The nemesis: faults injected on purpose, each recorded in the history.
 
 This module only *injects*: it kills, freezes and thaws workers, jumps the clock, and
-draws when to fire. Carrying out a fault step — picking the victim, the probes, the
-zombie's calls, the checks after a fault — is ordinary operations, run by the executor
-(:mod:`harness.run.executor`); the checker judges. What a fault
-step does, end to end:
+draws when to fire (which call a kill lands in, its aim, its delay). What a fault step
+does end to end — the victim, the probes, the zombie's calls, the checks after a fault —
+is the fault runner's (:mod:`harness.run.faults`), and the checker judges.
 
-- ``kill``: SIGKILL a lease holder while its ``fulfill`` is in flight. There are no
-  schedule points to aim at, so half the kills (``aim: random``) fire on a timer after a
-  delay drawn over the *measured* course of a fulfill (pipe latency to the worker, then
-  the store call itself: guard and write transaction), and half (``aim: write-tx``) hunt
-  for the write transaction: a helper thread asks the kernel who holds SQLite's WAL write
-  lock (``F_GETLK`` on the ``-shm``), freezes the victim when it does and kills it there.
-  Either way the victim is frozen (SIGSTOP) at the kill instant and the lock looked up, so
-  ``kill:in-write-tx`` counts exactly the kills *inside a write transaction*. The killed
-  op is ``info``; the pool retires the worker id and starts a fresh worker in its slot.
-  The delay (or aim) is recorded in the step, so a replay fires the same way.
-  Then the **orphan probe**: a ``get`` says whether the dead holder's lease survived it
-  (still ``CLAIMED``); if so the clock goes to ``expires - 1`` (k rescuers race to claim:
-  nobody may win) and to ``expires`` (exactly one must win, attempts permitting), and the
-  winner completes the task. Against a poll-only queue (no ``claim``) the rescuers poll
-  as the holder's agent; a poll handed another ready task says nothing about the orphan
-  (``probe_other``), and at ``expires`` they poll again until one gets the orphan or a poll
-  comes back empty — an empty poll while the orphan should be free is a late reclaim.
-  Without a lease on the harness clock there is no expiry to probe: the rescuers race
-  once, and the model refuses any of them the dead holder's task.
-- ``pause``: SIGSTOP the holder while its ``fulfill`` is in flight (timed), hold it
-  past its lease (rescuers race at ``expires - 1`` and ``expires``, claiming or polling as
-  above), SIGCONT: the zombie's in-flight fulfill, and one more it sends afterwards with
-  its old token, must be refused. Without a lease the frozen holder keeps its task: the
-  rescuers must get nothing, and its fulfill must be accepted.
-  A pause that lands while the holder holds the WAL write lock is lifted at once (a frozen
-  writer blocks every other writer: nothing could race it) and counted apart.
-- ``clock``: jump time forward past leases and queue windows.
-
-After a kill or a pause: ``inspect()`` (each task listed once, accepted results intact),
-``PRAGMA integrity_check`` in the pool's reader process (never a worker that loaded the
-target), and a ``TRUNCATE`` checkpoint that must leave the ``-wal`` empty. The checker
-turns the annotations these steps leave on ops (``probe``, ``zombie``, ``integrity``)
-into violations (:class:`harness.check.invariants.faults.FaultProbes`).
-
-The executor's ``stats.faults`` counts faults by kind, and by where they landed (``kill:mid-op``,
-``kill:in-write-tx``, ``kill:after-op``, ``pause:mid-op``, ``pause:after-op``,
-``pause:in-write-tx``); ``kill-missed`` counts timers cancelled because the op finished.
+How a kill lands: there are no schedule points to aim at, so half the kills (``aim:
+random``) fire on a timer after a delay drawn over the *measured* course of the call
+(pipe latency to the worker, then the store call itself: its guard, its statements, its
+write transaction), and half (``aim: write-tx``) hunt for the write transaction: a helper
+thread asks the kernel who holds SQLite's WAL write lock (``F_GETLK`` on the ``-shm``),
+freezes the victim when it does and kills it there. Either way the victim is frozen
+(SIGSTOP) at the kill instant and the lock looked up, so ``kill:in-write-tx`` counts
+exactly the kills *inside a write transaction*. The killed op is ``info``; the pool
+retires the worker id and starts a fresh worker in its slot. The delay (or aim) is
+recorded in the step, so a replay fires the same way.
 
 Helpers here (:class:`TimedKill`, :func:`wal_writer`, :func:`stop`) are shared with
 ``ferry-harness crash`` (:mod:`harness.tools.crash`).
@@ -60,7 +32,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from harness.check.history import OK, Op
+from harness.check.history import INFO, OK, Op
 from harness.runtime.client import Worker, WorkerPool
 from harness.runtime.clock import SharedClock
 
@@ -281,10 +253,10 @@ def draw_delay_ns(rng: random.Random, samples: list[tuple[int, int]],
 class Nemesis:
     """Fault primitives and the draws of when to fire them; it never runs an operation.
 
-    The executor, carrying out a fault step, asks it to jump the clock, to arm a kill
+    The fault runner, carrying out a fault step, asks it to jump the clock, to arm a kill
     (:meth:`kill_timer`), to freeze or thaw a worker, and for the values a step leaves
     open (slot, aim, delay), drawn from its own seeded random source and from the latency
-    of the calls the executor reports (:meth:`latency_seen`)."""
+    of the calls the fault runner reports (:meth:`latency_seen`)."""
 
     def __init__(self, kinds: tuple[str, ...], seed: int = 0) -> None:
         self.kinds = kinds  # the faults this campaign injects (a subset of FAULTS)
@@ -296,12 +268,17 @@ class Nemesis:
         """One measured send -> store-call-start latency (the last 64 are kept)."""
         self.latency = (self.latency + [ns])[-64:]
 
-    def draw_delay_us(self, history: Iterable[Op]) -> int:
-        """A fresh kill or pause delay from the send of a fulfill, µs, drawn over the
-        measured windows: the pipe latency, then an accepted fulfill's store-call time
-        (the recent ones in ``history``)."""
-        calls = [o.complete_ns - o.invoke_ns for o in list(history)[-400:]
-                 if o.op == "fulfill" and o.type == OK and o.complete_ns]
+    def draw_delay_us(self, history: Iterable[Op], op: str = "fulfill") -> int:
+        """A fresh kill or pause delay from the send of an ``op`` call, µs, drawn over the
+        measured windows: the pipe latency, then an answered call's store-call time (the
+        recent ``op`` calls in ``history``; ``fulfill``'s while there are too few), so a
+        kill lands anywhere among the call's statements."""
+        recent = list(history)[-400:]
+        calls = [o.complete_ns - o.invoke_ns for o in recent
+                 if o.op == op and o.type != INFO and o.complete_ns]
+        if len(calls) < 3:
+            calls = [o.complete_ns - o.invoke_ns for o in recent
+                     if o.op == "fulfill" and o.type == OK and o.complete_ns]
         samples = []
         if len(self.latency) >= 3 and len(calls) >= 3:
             samples = [(lat, lat + self.rng.choice(calls))
@@ -311,6 +288,10 @@ class Nemesis:
     def draw_aim(self) -> str:
         """Where a kill aims (one of AIMS)."""
         return self.rng.choice(AIMS)
+
+    def draw_during(self, weights: dict[str, int]) -> str:
+        """The call a kill lands in, drawn by weight."""
+        return self.rng.choices(list(weights), list(weights.values()))[0]
 
     def draw_slot(self, size: int) -> int:
         """The worker slot of a fresh victim lease."""

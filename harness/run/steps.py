@@ -82,7 +82,7 @@ class Holder(Scheduled):
 
 @dataclass(frozen=True, kw_only=True)
 class Hostile:
-    """One call with a hostile argument, named in ``executor.HOSTILE_CASES``."""
+    """One call with a hostile argument, named in ``hostile.HOSTILE_CASES``."""
 
     case: str  # the case's name
 
@@ -146,7 +146,8 @@ class Fault(Scheduled):
     slot: int | None = None  # kill/pause: worker slot of the fresh victim lease, if one is made
     exec_ttl_ms: int | None = None  # kill/pause: lease length of that fresh victim task, ms
     aim: str | None = None  # kill: "write-tx" (hunt for the write transaction) or "random"
-    delay_us: int | None = None  # kill/pause: from the send of the victim's fulfill, µs
+    delay_us: int | None = None  # kill/pause: from the send of the victim's call, µs
+    during: str | None = None  # kill: the call it lands in (faults.DURING; "any": drawn; None: fulfill)
     tick: int | None = None  # clock: jump forward this many ms (None: 1000)
 
 

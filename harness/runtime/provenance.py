@@ -11,13 +11,21 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+#: the distribution ferry is published as, then the name older checkouts were installed as
+DISTRIBUTIONS = ("ferry-harness", "ferry")
+
 
 @functools.lru_cache(maxsize=1)
 def provenance() -> dict[str, str | None]:
     """``{"version": "0.1.0", "commit": "69c3ee0…" or None, "dirty": "yes"/"no"/None}``."""
-    try:
-        version = metadata.version("ferry")
-    except metadata.PackageNotFoundError:
+    version = None
+    for dist in DISTRIBUTIONS:
+        try:
+            version = metadata.version(dist)
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    if version is None:
         # why: ferry_core is only consulted when ferry is not pip-installed (a bare checkout)
         from ferry_core import __version__ as version
     root = Path(__file__).resolve().parents[1]

@@ -54,17 +54,19 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.check.checker import Checker, Violation
-from harness.check.history import INFO, OK, History, Op
-from harness.check.invariants.crash_audit import FINAL_READ, crash_invariants
-from harness.check.invariants.crash_rounds import (
-    CAMPAIGN_ROUND,
-    KILLED_HOLDER,
-    RESCUE,
+from harness.check.annotations import (
+    CampaignRound,
+    FinalRead,
     KilledHolder,
     Rescue,
+    fact,
+    mark,
 )
+from harness.check.checker import Checker, Violation, fuzz_invariants, invariant_status
+from harness.check.history import INFO, OK, History, Op
+from harness.check.invariants.crash_audit import crash_invariants
 from harness.errors import ExitCode, HarnessError, TargetError
+from harness.report.paths import json_text
 from harness.report.schema import (
     Provenance,
     Report,
@@ -72,6 +74,7 @@ from harness.report.schema import (
     report_to_json,
     violation_entry,
 )
+from harness.run.faults import integrity_op, race_at_expiry
 from harness.run.nemesis import TimedKill, draw_delay_ns, holds_wal_write_lock, stop
 from harness.runtime.client import PlannedCall, WorkerPool
 from harness.runtime.clock import SharedClock
@@ -142,7 +145,8 @@ class Crash:
         self.violations: list[Violation] = []
         # every verdict (each round's, the integrity checks', the closing audit's) is the
         # check layer's: the campaign only records what happened
-        self.checker = Checker(invariants=crash_invariants())
+        # (the fuzz checks too, the model's linearizability search included)
+        self.checker = Checker(invariants=crash_invariants(fuzz_invariants()))
         self.judged = 0  # history ops handed to the checker so far
         self.clock = SharedClock(START_MS)
         self.windows: dict[str, list[tuple[int, int]]] = {"claim": [], "fulfill": []}
@@ -151,6 +155,7 @@ class Crash:
         self.dead: set[str] = set()  # agent names of killed workers
         self.lost: set[str] = set()  # orphans no rescuer could ever claim
         self.round = 0
+        self.invariants: dict[str, str] = {}  # invariant id -> checked / skipped (why)
 
     # ------------------------------------------------------------------ plumbing
     def agent(self, slot: int) -> str:
@@ -234,6 +239,11 @@ class Crash:
                 self.path = os.path.join(tmp, "crash.db")
                 self.pool.open(self.path)
                 caps = self.pool.capabilities
+                # hold the target only to the features it has, as fuzz does
+                wal = {"wal-file"} if os.path.exists(self.path + "-wal") else set()
+                self.checker.cfg = self.checker.cfg.for_capabilities(set(caps) | wal)
+                self.checker.skips = frozenset(self.pool.skips)
+                self.invariants = invariant_status(set(caps) | wal, self.pool.skips)
                 missing = [n for n in NEEDS if n not in caps]
                 if missing or not ({"poll_next", "claim"} & caps):
                     raise HarnessError(f"crash needs dispatch, poll_next or claim, fulfill and get; "
@@ -271,7 +281,7 @@ class Crash:
             "max_attempts": MAX_ATTEMPTS, "payload": {"round": r, "slot": s}}, agent="client")
             for s in range(pool.size)], barrier=False)
         for o in ops:
-            o.extra[CAMPAIGN_ROUND] = r
+            mark(o, CampaignRound(number=r))
             if o.type == OK:
                 self.tasks.append(o.value)
                 self.unfinished.add(o.value)
@@ -288,7 +298,7 @@ class Crash:
         ops = self.run_round(calls, "claim", killer=self.killer_for(calls, "claim", plan),
                              barrier=not (plan and plan["phase"] == "claim"))
         for o in ops:
-            o.extra[CAMPAIGN_ROUND] = r
+            mark(o, CampaignRound(number=r))
         claims = [(pool.slot_of(o.process), o.value) for o in ops
                   if o.type == OK and o.value and f"w{o.process}" not in self.dead]
         # 2b. or one dies holding its fresh lease, between its claim and its fulfill
@@ -311,7 +321,7 @@ class Crash:
                              barrier=False)
         victim_fulfill = None
         for o in ops:
-            o.extra[CAMPAIGN_ROUND] = r
+            mark(o, CampaignRound(number=r))
             if o.type == OK:
                 self.unfinished.discard(o.args["task_id"])
             elif o.type == INFO:
@@ -320,9 +330,9 @@ class Crash:
             self.recover(r, at, victim_fulfill)
         self.judge()
 
-    def read(self, task_ids: list[str], mark: dict[str, Any]) -> dict[str, Op]:
-        """``get`` each task, W at a time on the live workers, each op marked with ``mark``
-        (its ``extra``); the gets that answered with a view, by task."""
+    def read(self, task_ids: list[str], facts: tuple[Any, ...]) -> dict[str, Op]:
+        """``get`` each task, W at a time on the live workers, each op marked with
+        ``facts``; the gets that answered with a view, by task."""
         reads: dict[str, Op] = {}
         size = self.pool.size
         for i in range(0, len(task_ids), size):
@@ -330,7 +340,8 @@ class Crash:
             ops = self.run_round([PlannedCall(slot=s, op="get", args={"task_id": tid}, agent="auditor")
                                   for s, tid in enumerate(chunk)], barrier=False)
             for o in ops:
-                o.extra.update(mark)
+                for f in facts:
+                    mark(o, f)
                 if o.type == OK and isinstance(o.value, dict):
                     reads[o.args["task_id"]] = o
         return reads
@@ -340,7 +351,7 @@ class Crash:
         """Read back every unfinished task (round ``r``, store instant ``at``); rescue this
         round's orphans at their expiry."""
         reads = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index),
-                          {CAMPAIGN_ROUND: r})
+                          (CampaignRound(number=r),))
         if victim_fulfill is not None:
             read = reads.get(victim_fulfill.args["task_id"])
             status = read.value.get("status") if read is not None else None
@@ -354,8 +365,7 @@ class Crash:
             if status == "COMPLETED":
                 self.unfinished.discard(tid)
             elif status == "CLAIMED" and o.value.get("claimed_by") in self.dead:
-                o.extra[KILLED_HOLDER] = asdict(KilledHolder(granted_at=at,
-                                                             exec_ttl_ms=self.cfg.exec_ttl_ms))
+                mark(o, KilledHolder(granted_at=at, exec_ttl_ms=self.cfg.exec_ttl_ms))
                 orphans.append(tid)
         if orphans:
             self.rescue(orphans, at + self.cfg.exec_ttl_ms)
@@ -363,56 +373,54 @@ class Crash:
     def rescue(self, orphans: list[str], expires: int) -> None:
         """The dead holders' leases (all granted at this round's instant) end at
         ``expires``: nobody may claim an orphan a millisecond earlier, somebody must at
-        that very millisecond. Two live rescuers race for each orphan at ``expires - 1``,
-        then at ``expires``; an orphan nobody got is tried again later (counted late), and
-        if even ``expires + 100 * exec_ttl_ms`` does not free it, it is lost (each race is
-        marked ``extra[RESCUE]``; the Checker judges them)."""
+        that very millisecond (:func:`harness.run.faults.race_at_expiry`: two live
+        rescuers race for each orphan at ``expires - 1``, then at ``expires``); an orphan
+        nobody got is tried again later (counted late), and if even ``expires + 100 *
+        exec_ttl_ms`` does not free it, it is lost (each race is marked with a ``Rescue`` fact;
+        the Checker judges them)."""
         t, pool = self.t, self.pool
         ttl = self.cfg.exec_ttl_ms
         t.orphans += len(orphans)
         use_claim = "claim" in pool.capabilities
         races: dict[str, int] = {}
-        instants = (expires, expires + 1, expires + ttl, expires + 100 * ttl)
+        later = (expires + 1, expires + ttl, expires + 100 * ttl)
 
-        def race(tid: str, *, last: bool = False) -> list[Op]:
+        def race(tid: str, at: str) -> list[Op]:
             rescuers = self.rng.sample(range(pool.size), 2)
-            mark = asdict(Rescue(task=tid, expires=expires, race=races.get(tid, 0),
-                                 at=self.clock(), last=last))
-            races[tid] = mark["race"] + 1
+            rescue = Rescue(task=tid, expires=expires, race=races.get(tid, 0), at=self.clock(),
+                            last=self.clock() >= later[-1])
+            races[tid] = rescue.race + 1
             ops = self.run_round([PlannedCall(slot=s, op="claim" if use_claim else "poll_next",
                                               args={"task_id": tid} if use_claim else {},
                                               agent=self.agent(s)) for s in rescuers])
             for o in ops:
-                o.extra[RESCUE] = mark
-            return [o for o in ops if o.type == OK and o.value]
-
-        if self.clock() <= expires - 1:
-            self.clock.set(expires - 1)
-            for tid in orphans:
-                won = race(tid)
+                mark(o, rescue)
+            won = [o for o in ops if o.type == OK and o.value]
+            if at == "expires-1":
                 if won:
                     t.claimed_before_expiry += 1
                     for o in won:  # it is held now: finish it
                         self.finish(tid, o)
-        waiting = list(orphans)
-        for i, when in enumerate(instants):
-            if not waiting:
-                break
-            self.clock.set(max(when, self.clock()))
-            for tid in list(waiting):
-                won = [o for o in race(tid, last=i == len(instants) - 1)
-                       if o.value["task_id"] == tid]
-                if not won:
-                    continue
-                waiting.remove(tid)
+                return won
+            won = [o for o in won if o.value["task_id"] == tid]
+            if won:  # reclaimed: finish it now, at the instant it was won
                 t.reclaimed += 1
                 if self.clock() == expires:
                     t.reclaimed_at_expires += 1
                 else:
                     t.reclaimed_late += 1
                 self.finish(tid, won[0])
-        t.never_reclaimed += len(waiting)
-        self.lost.update(waiting)
+            return won
+
+        def move_clock(when: int) -> bool:
+            if self.clock() > when:
+                return False
+            self.clock.set(when)
+            return True
+
+        got = race_at_expiry(orphans, race, move_clock, expires, later=later)
+        t.never_reclaimed += len(got.waiting)
+        self.lost.update(got.waiting)
 
     def finish(self, tid: str, claim: Op) -> None:
         """The rescuer fulfills the task it reclaimed (marked as its claim was)."""
@@ -420,7 +428,9 @@ class Crash:
         [done] = self.run_round([PlannedCall(slot=slot, op="fulfill", args={
             "task_id": tid, "token": claim.value["token"],
             "result": {"by": claim.agent, "rescued": True}}, agent=claim.agent)])
-        done.extra[RESCUE] = claim.extra[RESCUE]
+        rescue = fact(claim, Rescue)
+        if rescue is not None:
+            mark(done, rescue)
         if done.type == OK:
             self.unfinished.discard(tid)
 
@@ -431,7 +441,7 @@ class Crash:
         for _ in range(10 + len(self.unfinished)):
             if not self.unfinished - self.lost:
                 return
-            reads = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index), {})
+            reads = self.read(sorted(self.unfinished - self.lost, key=self.tasks.index), ())
             todo = []
             for tid, o in reads.items():
                 if o.value.get("status") == "COMPLETED":
@@ -454,13 +464,7 @@ class Crash:
                         self.unfinished.discard(o.args["task_id"])
 
     def integrity(self) -> str:
-        t0 = time.monotonic_ns()
-        text = self.pool.integrity()
-        op = Op(index=self.history.next_index(), process=-1, agent="nemesis",
-                op="integrity_check", args={"pragma": "integrity_check"}, invoke_ns=t0,
-                now=self.clock(), complete_ns=time.monotonic_ns(), type=OK, value=text,
-                extra={"integrity": text})
-        self.history.append(op)
+        text = integrity_op(self.pool, self.history, self.clock).value
         self.t.integrity = text
         self.judge()
         return text
@@ -471,9 +475,9 @@ class Crash:
         t, pool = self.t, self.pool
         if "inspect" in pool.capabilities:
             for o in self.run_round([PlannedCall(slot=0, op="inspect", args={}, agent="auditor")]):
-                o.extra[FINAL_READ] = True
+                mark(o, FinalRead())
         else:
-            self.read(self.tasks, {FINAL_READ: True})
+            self.read(self.tasks, (FinalRead(),))
         self.judge()  # the drain's ops, then the final read-back
         t.completed = len(self.tasks) - t.tasks_lost
         self.integrity()
@@ -489,6 +493,7 @@ class Crash:
         return Report(kind="crash", verdict="fail" if self.violations else "pass",
                       ferry=Provenance(**provenance()), target=self.cfg.target,
                       config=asdict(self.cfg), summary=asdict(self.t),
+                      invariants=self.invariants,
                       violations=tuple(violation_entry(v, None) for v in self.violations))
 
 
@@ -536,7 +541,7 @@ def write_report(rep: Report, history: History, report_dir: str) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     command = crash_command(dict(rep.config or {}))
     rep = replace(rep, replay=f"ferry-harness replay {d}", command=command)
-    (d / "crash.json").write_text(json.dumps(report_to_json(rep), indent=2, default=str) + "\n")
+    (d / "crash.json").write_text(json_text(report_to_json(rep)))
     (d / "history.jsonl").write_text(history.to_jsonl(), encoding="utf-8")
     (d / "crash.md").write_text("# ferry crash campaign\n\n```\n"
                                 + "\n".join(summary_lines(rep, d))

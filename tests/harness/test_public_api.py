@@ -18,6 +18,13 @@ def test_every_public_name_resolves_and_is_documented(name: str) -> None:
     assert name in dir(harness)
 
 
+def test_what_the_readme_recommends_is_public() -> None:
+    """README: record your own integration test with ``Recorder`` (issue 25)."""
+    from harness.tools.recorder import Recorder
+
+    assert "Recorder" in harness.__all__ and harness.Recorder is Recorder
+
+
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = harness.Nope

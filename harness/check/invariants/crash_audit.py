@@ -1,28 +1,31 @@
 """The closing audit of a crash campaign (:mod:`harness.tools.crash`), as invariants.
 
 Pure: each check reads the crash's history. The campaign marks the ops of its final
-read-back (one ``inspect()``, or a ``get`` of every task) with ``extra[FINAL_READ]``,
+read-back (one ``inspect()``, or a ``get`` of every task) with a
+:class:`harness.check.annotations.FinalRead` fact,
 records ``PRAGMA integrity_check`` as an ``integrity_check`` op (its text as the value),
 and its closing ``checkpoint(TRUNCATE)`` with the measured ``-wal`` size in
 ``extra["wal_after"]``. A violation that the crash summary counts carries
 ``detail["tally"]``: the :class:`harness.tools.crash.Tally` field it adds ``detail.get("count", 1)`` to.
 
-No model here: the whole-history model misreads crash histories after rescues (the
-in-round checks of :mod:`harness.check.invariants.crash_rounds` name those rules).
+The campaign composes these with the fuzz checks (the model's per-object search
+included), so a crash history is judged by the same checker as a fuzz one.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
+from harness.check.annotations import FinalRead, has
 from harness.check.history import INFO, OK, Op
 from harness.check.invariant import Invariant, Violation, won_claims
 from harness.check.invariants.crash_rounds import round_invariants
 from harness.check.model import canonical
 from harness.check.runstate import RunState
 
-FINAL_READ = "final_read"  # extra key on the ops of the campaign's final read-back
+FINAL_READ = FinalRead.KEY  # the extra key of the final read-back (a FinalRead fact)
 
 
 def _lost(message: str, ops: list[int] | None = None, tally: str | None = None) -> Violation:
@@ -41,7 +44,7 @@ class EveryTaskCompletedOnce:
     sees_invalid_args = True
 
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
-        finals = [o for o in fresh if o.extra.get(FINAL_READ)]
+        finals = [o for o in fresh if has(o, FinalRead)]
         history = run.history
         if not finals or history is None:
             return []
@@ -106,7 +109,7 @@ class NoTokenTwice:
 
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
         history = run.history
-        if history is None or not any(o.extra.get(FINAL_READ) for o in fresh):
+        if history is None or not any(has(o, FinalRead) for o in fresh):
             return []
         tokens = Counter(o.value.get("token") for o in won_claims(history))
         twice = sum(1 for n in tokens.values() if n > 1)
@@ -146,8 +149,17 @@ class WalEmptied:
                 and (o.type != OK or o.extra["wal_after"])]
 
 
-def crash_invariants() -> list[Invariant]:
+# fuzz checks a crash's own say already (each would file the same finding twice): the
+# integrity text (integrity-ok; a crash records no probe or zombie), the emptied -wal
+# (wal-emptied), tokens issued once (no-token-twice), the final inspect (every task once)
+COVERED_BY_CRASH = frozenset({"fault-probes", "wal-rules", "tokens-issued-once",
+                              "inspect-shows-all"})
+
+
+def crash_invariants(shared: Sequence[Invariant] = ()) -> list[Invariant]:
     """Every check of a crash campaign, in the order its findings are reported: the
-    in-round judgements (:mod:`harness.check.invariants.crash_rounds`), then the audit."""
+    in-round judgements (:mod:`harness.check.invariants.crash_rounds`), the audit, then
+    ``shared`` (the fuzz checks: the model's per-object search included), less those the
+    crash's own cover (``COVERED_BY_CRASH``)."""
     return [*round_invariants(), EveryTaskCompletedOnce(), NoTokenTwice(), IntegrityOk(),
-            WalEmptied()]
+            WalEmptied(), *(i for i in shared if i.name not in COVERED_BY_CRASH)]

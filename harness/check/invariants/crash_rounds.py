@@ -12,45 +12,28 @@ Pure: each check reads the ops the campaign recorded, and the facts it marked on
 - ``extra[RESCUE]`` on the two rescuers' claims (or polls) racing for such an orphan, and on
   the winner's fulfill: :class:`Rescue`, as a dict.
 
-No model here: the whole-history model misreads crash histories after rescues.
+The model's per-object search judges the same history too (the crash's Checker composes
+both: :func:`harness.check.invariants.crash_audit.crash_invariants`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
+from harness.check.annotations import CampaignRound, KilledHolder, Rescue, fact, has
 from harness.check.history import FAIL, OK, Op
 from harness.check.invariant import Invariant, Violation, won_claims
 from harness.check.runstate import RunState
 
-CAMPAIGN_ROUND = "campaign_round"  # extra key: the campaign round an op belongs to
-KILLED_HOLDER = "killed_holder"  # extra key: a read-back of a task a killed worker held
-RESCUE = "rescue"  # extra key: a rescuer's claim or fulfill of an orphan
-
-
-@dataclass(frozen=True, kw_only=True)
-class KilledHolder:
-    """What the campaign knows of a task whose holder it killed (``extra[KILLED_HOLDER]``)."""
-
-    granted_at: int  # store instant (ms) at which the dead holder's lease was granted
-    exec_ttl_ms: int  # the lease length the task was dispatched with (ms)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Rescue:
-    """One race of two rescuers for an orphan (``extra[RESCUE]``)."""
-
-    task: str  # the orphan's task id
-    expires: int  # store instant (ms) at which its dead holder's lease must end
-    race: int  # this race's number among the orphan's races, from 0
-    at: int  # store instant (ms) of this race (``expires - 1`` first, then ``expires`` on)
-    last: bool  # the campaign's last race for this orphan: it gives up after this one
+# the extra keys these checks read (the facts are harness.check.annotations')
+CAMPAIGN_ROUND = CampaignRound.KEY
+KILLED_HOLDER = KilledHolder.KEY
+RESCUE = Rescue.KEY
 
 
 def _round_ops(fresh: list[Op], op: str) -> list[Op]:
-    return [o for o in fresh if o.op == op and CAMPAIGN_ROUND in o.extra]
+    return [o for o in fresh if o.op == op and has(o, CampaignRound)]
 
 
 class DispatchAccepted:
@@ -77,8 +60,9 @@ class OnePollerPerTask:
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
         rounds: dict[Any, list[Op]] = {}
         for o in won_claims(fresh):
-            if CAMPAIGN_ROUND in o.extra:
-                rounds.setdefault(o.extra[CAMPAIGN_ROUND], []).append(o)
+            r = fact(o, CampaignRound)
+            if r is not None:
+                rounds.setdefault(r.number, []).append(o)
         out = []
         for won in rounds.values():
             for tid, n in Counter(o.value["task_id"] for o in won).items():
@@ -136,7 +120,7 @@ class StatesAfterAKill:
                 continue  # ReadsAnswer reports it
             v, tid = o.value, o.args["task_id"]
             status = v.get("status")
-            if status == "CLAIMED" and KILLED_HOLDER not in o.extra:
+            if status == "CLAIMED" and not has(o, KilledHolder):
                 out.append(Violation("no-lost-task", f"task {tid} is CLAIMED by live worker "
                                      f"{v.get('claimed_by')!r}, which holds no claim on it"))
             elif status not in ("CLAIMED", "COMPLETED", "SUBMITTED"):
@@ -157,9 +141,9 @@ class OrphanLeaseExact:
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
         out = []
         for o in fresh:
-            if o.op != "get" or KILLED_HOLDER not in o.extra:
+            k = fact(o, KilledHolder) if o.op == "get" else None
+            if k is None:
                 continue
-            k = KilledHolder(**o.extra[KILLED_HOLDER])
             expires = k.granted_at + k.exec_ttl_ms
             got = o.value.get("lease_expires_at")
             if got != expires:
@@ -181,14 +165,14 @@ class RescueAtExpiry:
     sees_invalid_args = True
 
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
-        races: dict[tuple[Any, int, int], list[Op]] = {}
+        races: dict[Rescue, list[Op]] = {}
         for o in fresh:
-            if o.op in ("claim", "poll_next") and RESCUE in o.extra:
-                r = o.extra[RESCUE]
-                races.setdefault((r["task"], r["expires"], r["race"]), []).append(o)
+            r = fact(o, Rescue) if o.op in ("claim", "poll_next") else None
+            if r is not None and r.expires is not None and r.at is not None:
+                races.setdefault(r, []).append(o)
         out = []
-        for group in races.values():
-            r = Rescue(**group[0].extra[RESCUE])
+        for r, group in races.items():
+            assert r.at is not None and r.expires is not None
             if r.at < r.expires:
                 won = won_claims(group)
                 if won:
@@ -222,7 +206,7 @@ class RescuerFulfillAccepted:
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
         return [Violation("holder-guard", f"the rescuer's fulfill of task {o.args['task_id']} "
                           f"was refused: {o.error or o.note} {o.message or ''}", [o.index])
-                for o in fresh if o.op == "fulfill" and RESCUE in o.extra and o.type != OK]
+                for o in fresh if o.op == "fulfill" and has(o, Rescue) and o.type != OK]
 
 
 def round_invariants() -> list[Invariant]:

@@ -1,7 +1,9 @@
-"""What the nemesis's fault probes found (annotations left by :mod:`harness.run.nemesis`)."""
+"""What the fault runner's probes found (the ``Probe``, ``Zombie`` and ``Integrity`` facts
+of :mod:`harness.check.annotations` that :mod:`harness.run.faults` leaves on ops)."""
 
 from __future__ import annotations
 
+from harness.check.annotations import Integrity, Probe, Zombie, fact
 from harness.check.history import OK, Op
 from harness.check.invariant import Violation
 from harness.check.runstate import RunState
@@ -22,48 +24,50 @@ class FaultProbes:
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
         closed = run.cfg.lease_closed
         out: list[Violation] = []
-        probes: dict[tuple[int, str], list[Op]] = {}
+        probes: dict[tuple[int, str], list[tuple[Op, Probe]]] = {}
         for o in fresh:
-            x = o.extra
-            if "integrity" in x and x["integrity"] != "ok":
+            integrity = fact(o, Integrity)
+            if integrity is not None and integrity.text != "ok":
                 out.append(Violation(
-                    "integrity", f"PRAGMA integrity_check after faults: {str(x['integrity'])[:400]}",
+                    "integrity", f"PRAGMA integrity_check after faults: {str(integrity.text)[:400]}",
                     ops=[o.index]))
-            if "probe" in x:
-                probes.setdefault((x["probe"]["holder_op"], x["probe"]["at"]), []).append(o)
-            z = x.get("zombie")
-            if z and o.op == "fulfill" and o.type == OK and z.get("rescued_by") is not None:
+            p = fact(o, Probe)
+            if p is not None:
+                probes.setdefault((p.holder_op, p.at), []).append((o, p))
+            z = fact(o, Zombie)
+            if z and o.op == "fulfill" and o.type == OK and z.rescued_by is not None:
                 out.append(Violation(
                     "lease-half-open",
-                    f"the frozen holder's fulfill of task {z['task']} was accepted after its "
-                    f"lease ended at {z['expires']} and a rescuer reclaimed the task (op "
-                    f"#{z['rescued_by']}): a zombie's result must be refused",
-                    ops=[o.index, z["rescued_by"]]))
-        for (holder, at), group in probes.items():
-            p = group[0].extra["probe"]
+                    f"the frozen holder's fulfill of task {z.task} was accepted after its "
+                    f"lease ended at {z.expires} and a rescuer reclaimed the task (op "
+                    f"#{z.rescued_by}): a zombie's result must be refused",
+                    ops=[o.index, z.rescued_by]))
+        for (holder, at), marked in probes.items():
+            group = [o for o, _ in marked]
+            p = marked[0][1]
             if closed and at == "expires":  # the declared closed lease still holds: no winner
                 at = "expires-1"
             won = [o for o in group if o.type == OK and o.value]
-            who = "killed" if p["cause"] == "killed" else "frozen (SIGSTOP)"
+            who = "killed" if p.cause == "killed" else "frozen (SIGSTOP)"
             ids = [o.index for o in group]
             if at == "expires-1" and won:
                 out.append(Violation(
                     "lease-half-open",
-                    f"task {p['task']} was reclaimed at t={won[0].now}, while the lease of its "
-                    f"{who} holder (op #{holder}) still held (it ends at {p['expires']}"
+                    f"task {p.task} was reclaimed at t={won[0].now}, while the lease of its "
+                    f"{who} holder (op #{holder}) still held (it ends at {p.expires}"
                     f"{', inclusive: declared lease-closed' if closed else ''})",
                     ops=ids))
             elif at != "expires-1" and len(won) > 1:
                 out.append(Violation(
                     "single-winner",
-                    f"{len(won)} rescuers reclaimed task {p['task']} at t={won[0].now}; exactly "
+                    f"{len(won)} rescuers reclaimed task {p.task} at t={won[0].now}; exactly "
                     "one may", ops=ids))
-            elif (at != "expires-1" and not won and p["attempts_left"]
+            elif (at != "expires-1" and not won and p.attempts_left
                   and all(o.type == OK for o in group)):
                 out.append(Violation(
                     "lease-half-open",
-                    f"the holder of task {p['task']} was {who} (op #{holder}) and left it "
-                    f"CLAIMED with a lease ending at {p['expires']}; at t={group[0].now} "
+                    f"the holder of task {p.task} was {who} (op #{holder}) and left it "
+                    f"CLAIMED with a lease ending at {p.expires}; at t={group[0].now} "
                     f"({at}) none of {len(group)} rescuers could claim it: a dead holder's "
                     "lease must end at lease_expires_at, not later",
                     ops=[holder, *ids]))

@@ -22,6 +22,8 @@ class PerObjectSearch:
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
         mark_concurrent_writers(run, fresh)
         touched = {k for k in map(partition_key, fresh) if k is not None}
+        for o in fresh:  # an indeterminate poll joined every open task's search
+            touched.update(run.spread.get(o.index, ()))
         out = []
         for key in sorted(touched):
             search = run.parts.get(key)

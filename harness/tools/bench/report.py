@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.tools.bench.ceiling import same_sql_line
-from harness.tools.bench.targets import short_name
+from harness.tools.bench.targets import ferry_core_only, short_name
 
 MIB = 1 << 20
 WAL_BOUND_BYTES = 64 * MIB  # the harness's wal-bounded limit (harness/run/campaign.py)
@@ -99,9 +99,10 @@ def compare_table(result: dict[str, Any]) -> list[str]:
 
 
 def goal_table(result: dict[str, Any]) -> list[str]:
-    """Issue 19's goal, one row per checked run (empty when no run was at 1, 8 or 16)."""
+    """Issue 19's goal, one row per checked run (empty when no run was at 1, 8 or 16, and
+    for a bench of another store: the goal is ferry_core's, not a user's)."""
     goal = result.get("goal") or []
-    if not goal:
+    if not goal or not ferry_core_only(result):
         return []
     mark = {True: "✅", False: "❌"}
 
@@ -257,7 +258,7 @@ def write_report(result: dict[str, Any], report_dir: str) -> list[str]:
     try:  # by name at call time: matplotlib is optional, and a missing one is a note
         plots_mod = importlib.import_module("harness.tools.bench.plots")
     except ImportError as exc:  # matplotlib missing
-        note = (f"Plots skipped: {exc}. Install them with `pip install 'ferry[plots]'` and "
+        note = (f"Plots skipped: {exc}. Install them with `pip install 'ferry-harness[plots]'` and "
                 "re-run.")
     else:
         plots = plots_mod.write_plots(result, d)

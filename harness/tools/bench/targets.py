@@ -77,3 +77,10 @@ def variant_label(spec: str, strategy: str, policy: str, multi: bool) -> str:
         return "as measured" if strategy == AS_IS else core
     name = short_name(spec)
     return name if strategy == AS_IS else f"{name} {core}"
+
+
+def ferry_core_only(result: dict[str, Any]) -> bool:
+    """Whether a bench result measured only ferry_core: the project's own benchmark, the one
+    its goal (issue 19) and goal lines are about. Another store's bench stays quiet on them."""
+    specs = result.get("targets") or [result.get("target", "")]
+    return all(short_name(str(s)).startswith("ferry_core") for s in specs)

@@ -163,3 +163,23 @@ def test_dependency_failed_and_swept_but_dependent_still_submitted():
     assert "dag-order" in {v.invariant for v in Checker().check(History(h))}
     h[5].value["status"] = "FAILED"
     assert "dag-order" not in {v.invariant for v in Checker().check(History(h))}
+
+
+def _view(status, holder=None, now=1000, ettl=100):
+    return {"task_id": T, "status": status, "claimed_by": holder, "attempt": int(bool(holder)),
+            "lease_expires_at": now + ettl if holder else None, "max_attempts": 3}
+
+
+def test_killed_poll_may_have_claimed_any_open_task():
+    """A poll_next whose worker was killed names no task; if it committed, a read shows the
+    task CLAIMED by the dead worker, and nothing else explains it (the crash campaign's
+    false ``linearizable`` findings): it joins every open task's search as ``info``."""
+    killed = op(1, 1, "w1", "poll_next", {}, 10, None, typ=INFO)
+    read = op(2, 2, "auditor", "get", {"task_id": T}, 30, 40, value=_view("CLAIMED", "w1"))
+    assert Checker().check(History([dispatch(), killed, read])) == []
+    # still only what the dead poll could have done: another holder is unexplained
+    wrong = op(2, 2, "auditor", "get", {"task_id": T}, 30, 40, value=_view("CLAIMED", "w9"))
+    assert Checker().check(History([dispatch(), killed, wrong]))
+    # and a poll that did not commit leaves the task as it was
+    free = op(2, 2, "auditor", "get", {"task_id": T}, 30, 40, value=_view("SUBMITTED"))
+    assert Checker().check(History([dispatch(), killed, free])) == []

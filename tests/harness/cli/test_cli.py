@@ -20,7 +20,8 @@ REPORT_FILES = ("report.json", "report.md", "history.jsonl", "timeline.html")
 
 
 def test_fuzz_passes_and_writes_the_four_files(tmp_path, capsys):
-    rc = main(["fuzz", "--max-examples", "8", "--report-dir", str(tmp_path), "--quiet"])
+    rc = main(["fuzz", "--max-examples", "8", "--seed", "0", "--report-dir", str(tmp_path),
+               "--quiet"])
     assert rc == 0
     for name in REPORT_FILES:
         assert (tmp_path / name).stat().st_size > 0
@@ -35,7 +36,7 @@ def test_fuzz_passes_and_writes_the_four_files(tmp_path, capsys):
 def test_violation_exit_code_and_replay(tmp_path, capsys):
     d = tmp_path / "r"
     rc = main(["fuzz", "--target", "tests.broken_stores:unconditional_lock", "--budget", "30",
-               "--report-dir", str(d), "--quiet"])
+               "--seed", "0", "--report-dir", str(d), "--quiet"])
     assert rc == 1
     out = capsys.readouterr().out
     assert "[lock-exclusive]" in out and "reproduced" in out

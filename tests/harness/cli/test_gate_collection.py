@@ -4,7 +4,9 @@ both from ``--ferry-target`` and from a ``ferry_gate`` in a test module."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -21,8 +23,13 @@ USER_TEST = "def test_mine():\n    assert 1 + 1 == 2\n"
 GATE_FILE = 'from harness.cli.pytest_plugin import ferry_gate\n\ngate = ferry_gate("ok:make")\n'
 
 
+ROOT = Path(__file__).resolve().parents[3]  # the subprocesses import this checkout's ferry
+
+
 @pytest.fixture
-def project(pytester: pytest.Pytester) -> pytest.Pytester:
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     pytester.makepyfile(ok=OK_STORE, broken=LOCK_BROKEN, test_user=USER_TEST)
     pytester.makeini("[pytest]\n")  # cacheprovider on: --lf needs it
     return pytester
@@ -30,7 +37,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 def run(project: pytest.Pytester, *args: str) -> pytest.RunResult:
     return project.runpytest_subprocess("--ferry-budget", "3", "--ferry-workers", "3",
-                                        "-p", "no:randomly", *args)
+                                        "--ferry-seed", "0", "-p", "no:randomly", *args)
 
 
 def collected(result: pytest.RunResult) -> str:

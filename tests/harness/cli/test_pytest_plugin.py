@@ -5,13 +5,17 @@ report path, and a failure found once is replayed first by the next run."""
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
 from tests.gate_sources import LOCK_BROKEN, OK_STORE
 
 pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[3]  # the subprocesses import this checkout's ferry
 
 
 
@@ -27,7 +31,9 @@ def test_one_winner(ferry_race, ferry_workers, ferry_history, ferry_check):
 
 
 @pytest.fixture
-def project(pytester: pytest.Pytester) -> pytest.Pytester:
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     pytester.makepyfile(ok=OK_STORE, broken=LOCK_BROKEN, test_user=USER_TEST)
     pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
     return pytester
@@ -35,7 +41,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 def run(project: pytest.Pytester, *args: str):
     return project.runpytest_subprocess("-q", "--ferry-budget", "6", "--ferry-workers", "3",
-                                        "-p", "no:randomly", *args)
+                                        "--ferry-seed", "0", "-p", "no:randomly", *args)
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
@@ -58,24 +64,26 @@ def test_gate_fails_on_a_broken_store_naming_the_invariant(project, xdist):
     for tc in failures:
         text = tc.find("failure").get("message", "") + (tc.find("failure").text or "")
         assert "[lock-exclusive]" in text and "ferry-reports" in text
-    report_dirs = list((project.path / "ferry-reports").rglob("report.json"))
+    latest = (project.path / "ferry-reports" / "latest").resolve()  # this run's directory
+    report_dirs = list(latest.rglob("report.json"))
     assert report_dirs, "each failing item writes its report directory"
     if xdist:  # every xdist worker writes under its own root
-        assert all(p.relative_to(project.path / "ferry-reports").parts[0].startswith("gw")
-                   for p in report_dirs)
+        assert all(p.relative_to(latest).parts[0].startswith("gw") for p in report_dirs)
 
 
 def test_failure_is_replayed_first_by_the_next_run(project):
     args = ("--ferry-target", "broken:make", "--ferry-no-scenarios", "-k", "fuzz")
     first = run(project, *args)
     assert first.ret == 1
-    report = json.loads((project.path / "ferry-reports" / "fuzz" / "report.json").read_text())
+    latest = project.path / "ferry-reports" / "latest"
+    report = json.loads((latest / "fuzz" / "report.json").read_text())
     assert report["example_database"]["failure_from_database"] is False
-    assert list((project.path / "ferry-reports" / "fuzz" / "examples").rglob("*"))
+    # kept beside the per-run directories, so the next run (a new directory) finds it
+    assert list((project.path / "ferry-reports" / "examples").rglob("*"))
     second = run(project, *args)
     assert second.ret == 1
     assert "replayed first from the example database" in second.stdout.str()
-    report = json.loads((project.path / "ferry-reports" / "fuzz" / "report.json").read_text())
+    report = json.loads((latest / "fuzz" / "report.json").read_text())
     assert report["example_database"]["failure_from_database"] is True
 
 

@@ -106,7 +106,8 @@ def test_replay_finds_the_target_from_another_directory(tmp_path):
         f"import sys\nsys.path.insert(0, {str(root)!r})\n"
         "from tests.broken_stores import check_then_act as make\n")
     run = subprocess.run([sys.executable, "-m", "harness", "fuzz", "--target", "herestore:make",
-                          "--budget", "5", "--quiet", "--example-db", "none", "--report-dir",
+                          "--budget", "5", "--seed", "0", "--quiet", "--example-db", "none",
+                          "--report-dir",
                           str(proj / "r")], cwd=proj, capture_output=True, text=True, timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr
     again = subprocess.run([sys.executable, "-m", "harness", "replay", str(proj / "r"),

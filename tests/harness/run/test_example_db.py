@@ -5,11 +5,13 @@ second replays the first's failure first."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis.database import (
@@ -91,7 +93,10 @@ def redis_url(tmp_path) -> Iterator[str]:
             proc.wait()
 
 
-def test_two_gate_runs_share_a_failure_through_redis(pytester, redis_url):
+def test_two_gate_runs_share_a_failure_through_redis(pytester, redis_url, monkeypatch):
+    root = Path(__file__).resolve().parents[3]  # the subprocesses import this checkout's ferry
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]))
     pytester.makepyfile(broken=LOCK_BROKEN)
     pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
 
@@ -99,7 +104,7 @@ def test_two_gate_runs_share_a_failure_through_redis(pytester, redis_url):
         report_dir = pytester.path / name
         result = pytester.runpytest_subprocess(
             "--ferry-target", "broken:make", "--ferry-no-scenarios", "--ferry-budget", "6",
-            "--ferry-workers", "3", "--ferry-example-db", redis_url,
+            "--ferry-workers", "3", "--ferry-seed", "0", "--ferry-example-db", redis_url,
             "--ferry-report-dir", str(report_dir), "-p", "no:randomly")
         return result, json.loads((report_dir / "fuzz" / "report.json").read_text())
 

@@ -193,3 +193,30 @@ def test_reference_store_passes_a_fault_campaign(target, tmp_path, ferry_budget)
     assert faults.get("kill", 0) > 0 and faults.get("pause", 0) > 0 and faults.get("clock", 0) > 0
     assert out.report.invariants["integrity"].startswith("checked (")
     assert children_of(os.getpid()) == []  # every worker, replacement and reader is gone
+
+
+def test_kill_between_a_claims_two_transactions_loses_the_task(rig, monkeypatch):
+    """A kill aimed into the claim (``during="claim"``) lands between split_claim's two
+    commits: the task stays CLAIMED with no lease of its own, and at expires no rescuer can
+    take it; the same kill on the reference store is only an indeterminate claim."""
+    monkeypatch.setattr(broken_stores, "TOCTOU_WINDOW_S", SLOW_S)  # inherited by the forks
+    ex = rig("tests.broken_stores:split_claim")
+    found = ex.run_step(Fault(fault="kill", during="claim", aim="random", delay_us=HALF_US))
+    assert found and found[0].invariant == "lease-half-open", found
+    [killed] = [o for o in ex.history if "killed" in o.extra]
+    assert killed.op == "claim" and killed.type == INFO
+    assert ex.stats.faults["kill-in:claim"] == 1
+
+
+@pytest.mark.parametrize("during", ["claim", "release", "extend", "salvage", "acquire_lock",
+                                    "release_lock", "checkpoint"])
+def test_kills_anywhere_leave_the_reference_store_correct(rig, during):
+    """Kills in every kind of write (timer anywhere in the call, or hunting the write
+    transaction): whatever committed, nothing the checker can fault."""
+    ex = rig("ferry_core:cas_store")
+    for aim in ("random", "write-tx"):
+        for delay in (0, 150, 400):
+            ex.run_step(Fault(fault="kill", during=during, aim=aim, delay_us=delay))
+    assert ex.finish() == [] and ex.violations == []
+    kinds = {o.args.get("during") for o in ex.history if o.op == "nemesis"}
+    assert kinds == {during}

@@ -24,6 +24,7 @@ def test_crash_smoke_on_the_reference_store(tmp_path, capsys):
     assert s["kills"] > 0 and s["workers_replaced"] == s["kills"]
     assert s["orphans"] > 0 and s["orphans"] == s["reclaimed"] == s["reclaimed_at_expires"]
     assert s["claimed_before_expiry"] == s["never_reclaimed"] == s["reclaimed_late"] == 0
+    assert rep["invariants"]["linearizable"] == "checked"  # the fuzz checker judges it too
     ops = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
     kills = [o for o in ops if o["op"] == "nemesis"]
     assert len(kills) == s["kills"] and all(k["process"] == -1 for k in kills)
@@ -41,6 +42,15 @@ def test_crash_finds_the_stranded_task(tmp_path):
     assert s["tasks_lost"] > 0 and s["never_reclaimed"] == s["tasks_lost"]
     assert {v.invariant for v in rep.violations} == {"lease-half-open", "no-lost-task"}
     assert s["integrity"] == "ok"  # nothing wrong with the file itself
+
+
+def test_crash_finds_the_claim_split_in_two_transactions():
+    """split_claim: a claimer killed between its claim's two commits loses the task."""
+    rep = Crash(CrashConfig(target="tests.broken_stores:split_claim", workers=3, rounds=80,
+                            seed=2, kill_rate=0.6)).run()
+    assert rep.verdict == "fail"
+    assert rep.summary["tasks_lost"] > 0
+    assert rep.violations[0].invariant == "lease-half-open", rep.violations[0].message
 
 
 def test_crash_usage_errors_exit_2(capsys):

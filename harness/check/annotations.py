@@ -1,0 +1,159 @@
+"""The facts an op carries for the checker, beyond what it asked and got: one frozen
+dataclass per fact, one codec.
+
+The fault runner (:mod:`harness.run.faults`) and the crash campaign
+(:mod:`harness.tools.crash`) mark ops with what they know — a probe of an orphan, a
+zombie's call, a kill, a rescue, a read-back — and the invariants read the marks back.
+:func:`mark` puts a fact on an op, :func:`fact` reads one; nothing else touches these
+keys of ``Op.extra``. In ``history.jsonl`` a fact is a JSON object (or, for the one-value
+facts, a scalar) under its ``KEY``, as before these types existed, so older histories
+load: unknown fields are dropped and missing ones take their defaults; a mark that is
+not a fact of its kind at all reads as absent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar, TypeVar
+
+from harness.check.history import Op
+
+
+@dataclass(frozen=True, kw_only=True)
+class Probe:
+    """A rescuer's race for a task whose holder was killed or frozen while its lease was
+    on (fault runner): judged per instant by ``FaultProbes``."""
+
+    KEY: ClassVar[str] = "probe"
+    task: str  # the orphan's task id
+    expires: int  # the instant (ms) the faulted holder's lease must end
+    attempts_left: bool  # the task may be claimed again once the lease is over
+    cause: str  # "killed" or "paused"
+    holder_op: int  # history index of the faulted holder's op
+    by: str = "claim"  # the rescuers' op: "claim", or "poll_next" on a poll-only queue
+    at: str  # "expires-1", "expires", "later" or "after-expires" (the clock had passed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeOther(Probe):
+    """A polling rescuer handed another ready task: no evidence about the orphan."""
+
+    KEY: ClassVar[str] = "probe_other"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Zombie:
+    """A frozen holder's fulfill (sent before its pause, or after it woke)."""
+
+    KEY: ClassVar[str] = "zombie"
+    task: str  # the task it held
+    expires: int | None  # its lease's end (ms; None: not on the harness clock)
+    rescued_by: int | None  # history index of the rescuer's winning claim, if one won
+    landed: str  # "mid-op", "after-op", "in-write-tx" or "after resume"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Killed:
+    """The op whose worker was SIGKILLed (fault runner)."""
+
+    KEY: ClassVar[str] = "killed"
+    delay_us: int | None = None  # the kill's delay from the send, µs
+    in_write_tx: bool = False  # the worker held SQLite's WAL write lock when killed
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rescue:
+    """A rescuer's claim (or poll) racing for an orphan, and the winner's fulfill: in a
+    crash campaign (every field), or after a fuzz fault whose holder's lease is not on the
+    harness clock (``expires`` None: the holder still holds; ``cause``, ``holder_op``)."""
+
+    KEY: ClassVar[str] = "rescue"
+    task: str  # the orphan's task id
+    expires: int | None = None  # the instant (ms) its dead holder's lease must end
+    race: int = 0  # this race's number among the orphan's races, from 0
+    at: int | None = None  # store instant (ms) of this race
+    last: bool = False  # the campaign's last race for this orphan
+    cause: str | None = None  # fuzz: "killed" or "paused"
+    holder_op: int | None = None  # fuzz: history index of the faulted holder's op
+
+
+@dataclass(frozen=True, kw_only=True)
+class KilledHolder:
+    """A crash read-back of a task a killed worker held (``CLAIMED`` by it)."""
+
+    KEY: ClassVar[str] = "killed_holder"
+    granted_at: int  # store instant (ms) at which the dead holder's lease was granted
+    exec_ttl_ms: int  # the lease length the task was dispatched with (ms)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CampaignRound:
+    """The crash campaign round an op belongs to (not ``Op.round``, the pool's batch)."""
+
+    KEY: ClassVar[str] = "campaign_round"
+    SCALAR: ClassVar[str] = "number"
+    number: int  # from 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinalRead:
+    """An op of the crash campaign's final read-back."""
+
+    KEY: ClassVar[str] = "final_read"
+    SCALAR: ClassVar[str] = "final"
+    final: bool = True  # always True (the mark's presence is the fact)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Integrity:
+    """``PRAGMA integrity_check``'s answer ("ok" or SQLite's list of problems)."""
+
+    KEY: ClassVar[str] = "integrity"
+    SCALAR: ClassVar[str] = "text"
+    text: str
+
+
+FACTS: tuple[type, ...] = (Probe, ProbeOther, Zombie, Killed, Rescue, KilledHolder,
+                           CampaignRound, FinalRead, Integrity)
+KEYS: frozenset[str] = frozenset(t.KEY for t in FACTS)  # type: ignore[attr-defined]
+
+F = TypeVar("F")
+
+
+def encode(f: Any) -> Any:
+    """A fact as the JSON value its key holds in ``Op.extra``."""
+    scalar = getattr(f, "SCALAR", None)
+    return getattr(f, scalar) if scalar else asdict(f)
+
+
+def decode(kind: type[F], value: Any) -> F | None:
+    """The fact ``value`` holds (unknown fields dropped), or None if it is not one."""
+    scalar = getattr(kind, "SCALAR", None)
+    if scalar:
+        return kind(**{scalar: value})
+    if not isinstance(value, dict):
+        return None
+    names = {f.name for f in fields(kind)}  # type: ignore[arg-type]
+    try:
+        return kind(**{k: v for k, v in value.items() if k in names})
+    except TypeError:  # a required field is missing: not this fact
+        return None
+
+
+def mark(op: Op, f: Any) -> Op:
+    """Put fact ``f`` on ``op`` (replacing one of its kind)."""
+    op.extra[type(f).KEY] = encode(f)
+    return op
+
+
+def fact(op: Op, kind: type[F]) -> F | None:
+    """The fact of ``kind`` on ``op``, or None."""
+    key = kind.KEY  # type: ignore[attr-defined]
+    if key not in op.extra:
+        return None
+    return decode(kind, op.extra[key])
+
+
+def has(op: Op, kind: type) -> bool:
+    """Does ``op`` carry a fact of ``kind``?"""
+    return kind.KEY in op.extra  # type: ignore[attr-defined]
