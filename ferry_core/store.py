@@ -48,9 +48,12 @@ _VIEW_COLUMNS = """
 _GUARD_COLUMNS = "status, target_agent, claimed_by, lease_expires_at, claim_token"
 
 
-# Times are int64 milliseconds in SQLite: a TTL so large that now + ttl overflows (or turns
-# into a float) is refused, not stored.
-MAX_TTL_MS = 10 * 365 * 24 * 3600 * 1000  # ten years
+# Times are int64 milliseconds in SQLite: a TTL so large that now + ttl could overflow (or
+# turn into a float) is refused, not stored. Every TTL below 2**62 is accepted
+# (PROTOCOL.md#limits).
+TTL_LIMIT_MS = 2**62 - 1
+# ten years: the bound of adapters over libraries that keep datetimes (harness.adapters.huey)
+MAX_TTL_MS = 10 * 365 * 24 * 3600 * 1000
 
 
 def _positive_int(name: str, value: Any, limit: int = 2**62) -> int:
@@ -424,8 +427,8 @@ class LeaseStore:
             _name("target_agent", target_agent)
         if not isinstance(title, str) or not isinstance(requester, str):
             raise errors.InvalidArgument("title and requester must be strings")
-        _positive_int("queue_ttl_ms", queue_ttl_ms, MAX_TTL_MS)
-        _positive_int("exec_ttl_ms", exec_ttl_ms, MAX_TTL_MS)
+        _positive_int("queue_ttl_ms", queue_ttl_ms, TTL_LIMIT_MS)
+        _positive_int("exec_ttl_ms", exec_ttl_ms, TTL_LIMIT_MS)
         _positive_int("max_attempts", max_attempts, 1_000_000)
         if depends_on is None:
             depends_on = ()

@@ -24,7 +24,7 @@ from typing import Any
 
 from ferry_core import SCHEMA_VERSION, LeaseStore, errors
 from ferry_core.store import _GUARD_COLUMNS, _name, _positive_int, _to_json
-from ferry_core.types import CLAIMED, Claim, TaskView
+from ferry_core.types import CLAIMED, SUBMITTED, Claim, TaskView
 
 # The racy stores sleep this long between their check and their write. On one machine the
 # window between two autocommit statements is a few microseconds, so a stress run would need
@@ -539,6 +539,75 @@ def untyped_arguments(path: str, *, clock) -> UntypedArgumentsStore:
     return UntypedArgumentsStore(path, clock=clock)
 
 
+# ---------------------------------------------------------------------- 17. closed_queue_window
+class ClosedQueueWindowStore(LeaseStore):
+    """BUG: the queue window is the closed interval ``[queued_at, queued_at + queue_ttl_ms]``.
+
+    The queue's twin of ``closed_lease``: every window test uses ``queue_deadline >= now``
+    for "still waiting" (the claim's UPDATE, the poll's pick, the due-check read, the sweep,
+    ``is_logically_expired``), consistently, so at exactly ``queued_at + queue_ttl_ms`` a
+    claim still takes the task and a view shows it waiting; it times out from one
+    millisecond later. Leases and daemon locks stay half-open.
+    Invariant: ``lease-half-open`` (PROTOCOL.md#the-queue-window-is-half-open).
+    """
+
+    _CLAIM_SET = LeaseStore._CLAIM_SET.replace("queue_deadline > :now", "queue_deadline >= :now")  # BUG
+    _PICK_SQL = LeaseStore._PICK_SQL.replace("queue_deadline > ?", "queue_deadline >= ?")  # BUG
+    _PICK_ANY = _PICK_SQL.format("IS NULL")
+    _PICK_MINE = _PICK_SQL.format("= ?")
+    _DUE_SQL = LeaseStore._DUE_SQL.replace("queue_deadline <= ?", "queue_deadline < ?")  # BUG
+
+    def _apply_due(self, conn: sqlite3.Connection, now: int) -> int:
+        # the reference sweep, one millisecond late for queue windows
+        changed = 0
+        while True:
+            t = conn.execute(
+                "SELECT min(t) FROM ("
+                " SELECT min(lease_expires_at) AS t FROM tasks"
+                "  WHERE status='CLAIMED' AND lease_expires_at <= ?1"
+                " UNION ALL SELECT min(queue_deadline) FROM tasks"
+                "  WHERE status='SUBMITTED' AND queue_deadline < ?1)",  # BUG: <= ?1
+                (now,),
+            ).fetchall()[0][0]
+            if t is None:
+                return changed
+            conn.execute(
+                "UPDATE claim_tokens SET retired_at=?1, retired_why='expiry' WHERE token IN"
+                " (SELECT claim_token FROM tasks WHERE status='CLAIMED' AND lease_expires_at=?1)",
+                (t,),
+            )
+            changed += conn.execute(
+                "UPDATE tasks SET"
+                " status = CASE WHEN attempt < max_attempts THEN 'SUBMITTED' ELSE 'TIMED_OUT' END,"
+                " queued_at = ?1, queue_deadline = ?1 + queue_ttl_ms,"
+                " completed_at = CASE WHEN attempt < max_attempts THEN NULL ELSE ?1 END,"
+                " error_reason = CASE WHEN attempt < max_attempts THEN NULL"
+                "   ELSE 'lease expired on attempt ' || attempt || ' of ' || max_attempts END,"
+                " claim_token = NULL, claimed_by = NULL, claimed_at = NULL,"
+                " lease_expires_at = NULL, extend_count = 0"
+                " WHERE status='CLAIMED' AND lease_expires_at = ?1",
+                (t,),
+            ).rowcount
+            changed += conn.execute(
+                "UPDATE tasks SET status='TIMED_OUT', completed_at=?1,"
+                " error_reason='queue window ended before any claim'"
+                " WHERE status='SUBMITTED' AND queue_deadline = ?1",
+                (t,),
+            ).rowcount
+            changed += self._cascade(conn, t)
+
+    def _view(self, row: tuple, now: int) -> TaskView:
+        view = super()._view(row, now)
+        if view.status == SUBMITTED:  # BUG: now > queued_at + queue_ttl_ms
+            view = dataclasses.replace(
+                view, is_logically_expired=now > view.queued_at + view.queue_ttl_ms)
+        return view
+
+
+def closed_queue_window(path: str, *, clock) -> ClosedQueueWindowStore:
+    return ClosedQueueWindowStore(path, clock=clock)
+
+
 # ---------------------------------------------------------------------- registry
 BROKEN: dict[str, tuple[str, str]] = {
     "check_then_act": (
@@ -573,6 +642,8 @@ BROKEN: dict[str, tuple[str, str]] = {
         "wal-bounded", "checkpoint(TRUNCATE) is refused with no reader open"),
     "untyped_arguments": (
         "typed-errors", "dispatch lets TypeError/OverflowError escape on hostile arguments"),
+    "closed_queue_window": (
+        "lease-half-open", "queue window is [queued_at, deadline]: a claim is accepted AT the deadline"),
 }
 
 

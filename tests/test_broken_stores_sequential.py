@@ -89,7 +89,7 @@ def _wal(path: str) -> int:
 
 # ---------------------------------------------------------------------- the registry
 def test_registry_names_factories_and_spec_ids():
-    assert len(broken_stores.BROKEN) == 16
+    assert len(broken_stores.BROKEN) == 17
     if SPEC.exists():
         spec_ids = set(re.findall(r"^\| `([a-z-]+)` \|", SPEC.read_text(), re.M))
         assert spec_ids == SPEC_IDS
@@ -307,6 +307,23 @@ def test_closed_lease_reclaim_only_from_expiry_plus_one(kind, db, clock, opened)
         assert again is not None and again.task_id == tid
     else:
         assert at_expiry is not None and at_expiry.task_id == tid
+
+
+# ---------------------------------------------------------------------- 17. closed_queue_window
+@KINDS
+def test_closed_queue_window_claims_at_queued_at_plus_ttl(kind, db, clock, opened):
+    make = _open("closed_queue_window", kind, opened)
+    s, other = make(db, clock), make(db, clock)
+    tid = s.dispatch(None, queue_ttl_ms=1000)
+    clock.set(CLOCK_START + 999)
+    assert s.get(tid).is_logically_expired is False
+    clock.set(CLOCK_START + 1000)
+    assert s.get(tid).is_logically_expired is (kind == "correct")
+    at_end = other.claim(tid, "w")
+    if kind == "broken":
+        assert at_end is not None and s.get(tid).status == "CLAIMED"
+    else:
+        assert at_end is None and s.get(tid).status == "TIMED_OUT"
 
 
 # ---------------------------------------------------------------------- 5. long_reader

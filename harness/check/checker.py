@@ -117,7 +117,7 @@ class Checker:
         finally:
             self.unknown.extend(run.undecided)
             run.undecided.clear()
-        return first_fact_first(out)
+        return first_fact_first(_one_per_object(out))
 
     def _run_for(self, history: History, fresh_start: bool) -> RunState:
         """The state for ``history`` (a new one for a new or rewritten history)."""
@@ -132,6 +132,21 @@ class Checker:
                 runs.pop(next(iter(runs)))
             runs[key] = run
         return run
+
+
+def _one_per_object(found: list[Violation]) -> list[Violation]:
+    """One finding per invariant and object: the first check to name it tells it (two live
+    holders and the model's search both see one race; it is one violation)."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for v in found:
+        obj = v.detail.get("object")
+        if isinstance(obj, str):
+            if (v.invariant, obj) in seen:
+                continue
+            seen.add((v.invariant, obj))
+        out.append(v)
+    return out
 
 
 def full_capabilities() -> frozenset[str]:

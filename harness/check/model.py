@@ -9,6 +9,9 @@ The model is lenient exactly where SPEC leaves freedom to a store and strict els
   for ferry_core, but the safety property is "refused and nothing changed");
 - expiry is lazy (PROTOCOL.md#leases-are-half-open): after a lease ended, the first holder call may see
   ``LeaseExpired`` (row not yet swept) or ``WrongState`` (already swept);
+- a re-queued task's new window may start anywhere from the lease's end to the instant
+  the expiry is applied (PROTOCOL.md#queued_at-after-a-lease-expiry): ``queued_at`` is a range
+  until claims and reads narrow it;
 - inside one partition (a task) the model cannot see dependencies, so a task with
   dependencies may be FAILED by cascade at any moment while SUBMITTED; ``dag-order``
   checks dependencies across tasks.
@@ -36,6 +39,9 @@ STATES = frozenset({SUBMITTED, CLAIMED, COMPLETED, FAILED, TIMED_OUT})
 
 UNKNOWN_TOKEN = "<unknown: claimed by an indeterminate op>"
 UNKNOWN_TTL = -1  # exec_ttl_ms not given at dispatch: taken from the first claim
+# TaskState.queued_hi of a lease expiry not yet pinned: the new queue window may start at
+# any instant up to the ``now`` of the call that applies it (PROTOCOL.md#queued_at-after-a-lease-expiry)
+OPEN_END = 1 << 80
 # op.extra key set by the checker: the latest clock value at which any *other* op that may
 # write (not a read) was running before this op ended; -1 when none was
 WRITERS_NOW_MAX = "writers_now_max"
@@ -60,6 +66,10 @@ class ModelConfig:
     lease_closed: bool = False  # "lease-closed": the holder still wins at expires
     lease_at_claim: bool = False  # "lease-at-claim": the claim decides the lease length
     refusal_order: bool = False  # "refusal-order": the FIRST failing check of PROTOCOL.md#the-holder-guard names it
+    # ferry_core's own choice, for the sequential model of its state-machine test only: a
+    # lease expiry re-queues at lease_expires_at exactly (other stores may start the new
+    # window later: PROTOCOL.md#queued_at-after-a-lease-expiry)
+    requeue_at_expiry: bool = False
 
     def for_capabilities(self, caps: Any) -> ModelConfig:
         """This config, holding the target only to the SPEC features it has and the
@@ -109,7 +119,8 @@ class TaskState:
     exec_ttl: int | None  # None: the target has no lease on the harness clock
     max_attempts: int
     created_at: int
-    queued_at: int
+    queued_at: int  # when the queue window starts; the earliest such instant if queued_hi
+    queued_hi: int | None = None  # the latest allowed start (None: queued_at exactly)
     holder: str | None = None
     token: str | None = None
     expires: int | None = None
@@ -129,6 +140,8 @@ class TaskState:
     seen: bool = False  # a read showed the store's row in a terminal state
     closed: bool = False  # the declared "lease-closed" convention: over only after expires
     at_claim: bool = False  # the declared "lease-at-claim" convention
+    exact_requeue: bool = False  # ModelConfig.requeue_at_expiry
+    window_over: bool = False  # TIMED_OUT because its queue window ended (not its last lease)
 
     def lapsed_at_now(self, now: int) -> bool:
         """Is the current lease over at ``now`` (half-open, or closed if declared)?"""
@@ -137,7 +150,41 @@ class TaskState:
 
     @property
     def deadline(self) -> int | None:
+        """The earliest instant the queue window may end."""
         return None if self.queue_ttl is None else self.queued_at + self.queue_ttl
+
+    @property
+    def deadline_hi(self) -> int | None:
+        """The latest instant the queue window may end (its end for every allowed queued_at)."""
+        if self.queue_ttl is None:
+            return None
+        return (self.queued_at if self.queued_hi is None else self.queued_hi) + self.queue_ttl
+
+    def window_at(self, now: int, is_open: bool) -> TaskState | None:
+        """This SUBMITTED task narrowed to the queued_at values under which the store applied
+        its re-queue by ``now`` and its window is open (``is_open``) or over at ``now``; None
+        when no allowed value gives that."""
+        if self.queue_ttl is None:
+            return self if is_open else None
+        lo = hi = self.queued_at
+        if self.queued_hi is not None:  # applied by now at the latest
+            hi = min(self.queued_hi, now)
+        if is_open:
+            lo = max(lo, now - self.queue_ttl + 1)
+        else:
+            hi = min(hi, now - self.queue_ttl)
+        if lo > hi:
+            return None
+        st = replace(self, queued_at=lo, queued_hi=None if lo == hi else hi)
+        return st if is_open else replace(st, status=TIMED_OUT, window_over=True)
+
+    def window_text(self) -> str:
+        """When the queue window ends, for a message."""
+        lo, hi = self.deadline, self.deadline_hi
+        if lo == hi:
+            return f"at {lo} (queued_at {self.queued_at} + queue_ttl_ms {self.queue_ttl})"
+        return (f"between {lo} and {hi} (queued_at may be any instant from "
+                f"{self.queued_at} to {self.queued_hi}, the expiry being applied then)")
 
 
 def new_task(op: Op, cfg: ModelConfig | None = None) -> TaskState:
@@ -158,6 +205,7 @@ def new_task(op: Op, cfg: ModelConfig | None = None) -> TaskState:
         queued_at=op.now,
         closed=cfg.lease_closed,
         at_claim=cfg.lease_at_claim,
+        exact_requeue=cfg.requeue_at_expiry,
     )
 
 
@@ -169,15 +217,19 @@ def advance(st: TaskState, now: int) -> TaskState:
             lapsed = (st.holder, st.token)
             late = st.late | {st.token} if st.token else st.late
             if st.attempt < st.max_attempts:
-                st = replace(st, status=SUBMITTED, queued_at=when, holder=None, token=None,
-                             expires=None, extend_count=0, lapsed=lapsed, late=late,
-                             lapsed_at=when)
+                # a range: the new window starts anywhere from the lease's end to the
+                # instant some call applies the expiry (PROTOCOL.md#queued_at-after-a-lease-expiry)
+                st = replace(st, status=SUBMITTED, queued_at=when,
+                             queued_hi=None if st.exact_requeue else OPEN_END, holder=None,
+                             token=None, expires=None, extend_count=0, lapsed=lapsed,
+                             late=late, lapsed_at=when)
             else:
                 st = replace(st, status=TIMED_OUT, holder=None, token=None, lapsed=lapsed,
                              late=late, lapsed_at=when)
             continue
-        if st.status == SUBMITTED and st.deadline is not None and now >= st.deadline:
-            st = replace(st, status=TIMED_OUT)
+        # over for every allowed queued_at (in between, the observations decide)
+        if st.status == SUBMITTED and st.deadline_hi is not None and now >= st.deadline_hi:
+            st = replace(st, status=TIMED_OUT, window_over=True)
             continue
         return st
 
@@ -225,9 +277,11 @@ def _accepted_wrongly(st: TaskState, op: Op, cfg: ModelConfig) -> tuple[str, str
     token = op.args.get("token")
     short = f"{token[:8]}…" if isinstance(token, str) else repr(token)
     if st.lapsed is not None and st.status != CLAIMED and token == st.lapsed[1]:
+        rule = ("declared lease-closed: the holder loses at lease_expires_at + 1" if st.closed
+                else "half-open: the holder loses at lease_expires_at")
         return "lease-half-open", (
             f"{op.op} of task {st.task_id} accepted at t={op.now} although the lease of token "
-            f"{short} ended (half-open: the holder loses at lease_expires_at)")
+            f"{short} ended at {st.lapsed_at} ({rule})")
     if token is not None and token in st.tokens and token != st.token:
         return "token-unique", (
             f"{op.op} of task {st.task_id} accepted a retired token {short} (replay); current "
@@ -275,10 +329,14 @@ def _do_claim(st: TaskState, op: Op, claim: dict[str, Any] | None, cfg: ModelCon
     agent = op.agent
     if claim is None:
         if _ready_for(st, agent) and not st.has_deps:
+            over = st.window_at(op.now, False) if st.queued_hi is not None else None
+            if over is not None:  # re-queued early enough that its window is over by now
+                return _legal(over)
             if st.lapsed is not None:
                 return _illegal(st, "lease-half-open", (
                     f"task {st.task_id} is claimable at t={op.now} (the lease ended at "
-                    f"{st.queued_at}) but the claim returned nothing"))
+                    f"{st.lapsed_at}; its queue window ends {st.window_text()}) but the "
+                    "claim returned nothing"))
             return _illegal(st, "no-lost-task", (
                 f"task {st.task_id} is ready for {agent!r} at t={op.now} but the claim "
                 "returned nothing"))
@@ -287,6 +345,11 @@ def _do_claim(st: TaskState, op: Op, claim: dict[str, Any] | None, cfg: ModelCon
         return _illegal(st, "single-winner", (
             f"{agent!r} claimed task {st.task_id} at t={op.now} while {st.holder!r} holds it "
             + (f"until {st.expires}" if st.expires is not None else "(no lease: until it acks)")))
+    if st.status == TIMED_OUT and st.window_over:
+        return _illegal(st, "lease-half-open", (
+            f"{agent!r} claimed task {st.task_id} at t={op.now}, but its queue window ended "
+            f"{st.window_text()}: the window is half-open, so from queued_at + queue_ttl_ms "
+            "on a claim gets None and the task is TIMED_OUT"))
     if st.status != SUBMITTED:
         return _illegal(st, "no-lost-task", f"claimed a {st.status} task {st.task_id}")
     if st.target is not None and st.target != agent:
@@ -354,8 +417,9 @@ def bad_arguments(op: Op, cfg: ModelConfig | None = None) -> str | None:
             v = a.get(key, 1)
             if not used:
                 continue
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**62:
-                return f"{key} {v!r} is not a positive int64 number of ms"
+            # no upper bound: a TTL >= 2**62 may be refused or accepted (PROTOCOL.md#limits)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                return f"{key} {v!r} is not a positive integer (PROTOCOL.md#limits)"
         deps = a.get("depends_on", ())
         if deps is not None and (isinstance(deps, (str, bytes))
                                  or not isinstance(deps, (list, tuple))):
@@ -469,7 +533,8 @@ def _apply_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
     if op.op == "fail":
         return _legal(replace(st, status=FAILED, token=None, lapsed=None))
     if op.op == "release":
-        return _legal(replace(st, status=SUBMITTED, queued_at=op.now, holder=None, token=None,
+        return _legal(replace(st, status=SUBMITTED, queued_at=op.now, queued_hi=None,
+                              holder=None, token=None,
                               expires=None, extend_count=0, release_count=st.release_count + 1,
                               lapsed=None))
     if op.op == "extend":
@@ -494,7 +559,8 @@ def _effective_status(view: dict[str, Any], st: TaskState, now: int) -> str:
         return status
     as_read = replace(
         st, status=status, attempt=view.get("attempt", st.attempt),
-        expires=view.get("lease_expires_at"), queued_at=view.get("queued_at", st.queued_at))
+        expires=view.get("lease_expires_at"), queued_at=view.get("queued_at", st.queued_at),
+        queued_hi=None)
     return advance(as_read, now).status
 
 
@@ -519,9 +585,28 @@ def _counters_differ(view: dict[str, Any], st: TaskState, cfg: ModelConfig) -> s
     return None
 
 
+def _window_seen(st: TaskState, view: dict[str, Any], status: str, now: int) -> TaskState:
+    """``st`` narrowed by what a read shows of a re-queue whose queued_at is still a range
+    (PROTOCOL.md#queued_at-after-a-lease-expiry): the row's own ``queued_at`` pins it, an
+    applied SUBMITTED row says the window is open, a TIMED_OUT one that it is over."""
+    if st.status != SUBMITTED or st.queued_hi is None:
+        return st
+    if status == TIMED_OUT and view.get("status") in (SUBMITTED, TIMED_OUT):
+        return st.window_at(now, False) or st
+    if view.get("status") != SUBMITTED or view.get("is_logically_expired"):
+        return st  # the expiry is not applied yet: nothing is pinned
+    seen = st.window_at(now, True) or st
+    q = view.get("queued_at")
+    if (isinstance(q, int) and not isinstance(q, bool) and seen.queued_hi is not None
+            and seen.queued_at <= q <= seen.queued_hi):
+        seen = replace(seen, queued_at=q, queued_hi=None)
+    return seen
+
+
 def _do_get(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
     view = op.value or {}
     status = _effective_status(view, st, op.now)
+    st = _window_seen(st, view, status, op.now)
     if view.get("status") == SUBMITTED and st.status == FAILED and st.cascaded:
         return _legal(st)  # the cascade of a lazily expired dependency is not swept yet
     if status == CLAIMED and st.lapsed is not None and st.status != CLAIMED:
@@ -529,14 +614,13 @@ def _do_get(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
             f"get({st.task_id}) at t={op.now} shows a live lease until "
             f"{view.get('lease_expires_at')}; a lease is over at lease_expires_at (half-open)"))
     if status != st.status:
-        if (view.get("status") == SUBMITTED and st.status == TIMED_OUT
-                and not view.get("is_logically_expired")
-                and st.deadline is not None and op.now >= st.deadline):
+        if (view.get("status") == SUBMITTED and st.status == TIMED_OUT and st.window_over
+                and not view.get("is_logically_expired")):
             return _illegal(st, "lease-half-open", (
                 f"get({st.task_id}) at t={op.now} shows SUBMITTED without "
-                f"is_logically_expired, but its queue window ended at {st.deadline}: views of "
-                "a SUBMITTED task past queued_at + queue_ttl_ms must say is_logically_expired "
-                "(reads never sweep, so the flag is how a read tells)"))
+                f"is_logically_expired, but its queue window ended {st.window_text()}: views "
+                "of a SUBMITTED task past queued_at + queue_ttl_ms must say "
+                "is_logically_expired (reads never sweep, so the flag is how a read tells)"))
         if (st.status == CLAIMED and st.expires is not None
                 and view.get("status") in (SUBMITTED, TIMED_OUT) and op.now >= st.expires - 1):
             kind = "closed: it still holds at expires" if st.closed else "half-open"
@@ -767,7 +851,8 @@ class SequentialModel:
     """
 
     def __init__(self, cfg: ModelConfig | None = None) -> None:
-        self.cfg = cfg or ModelConfig()
+        # ferry_core's own choice of queued_at after a lease expiry: one value, not a range
+        self.cfg = cfg or ModelConfig(requeue_at_expiry=True)
         self.tasks: dict[str, TaskState] = {}
         self.deps: dict[str, tuple[str, ...]] = {}
         self.order: dict[str, int] = {}

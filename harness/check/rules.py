@@ -73,6 +73,8 @@ RULES: tuple[Rule, ...] = (
     Rule(M, "single-winner", "holds it until", "single-winner",
          "a task is not claimed again while its lease runs."),
     Rule(M, "no-lost-task", "claimed a ", "readiness", "its status is SUBMITTED"),
+    Rule(M, "lease-half-open", "but its queue window ended", "the-queue-window-is-half-open",
+         "from queued_at + queue_ttl_ms on it is TIMED_OUT."),
     Rule(M, "holder-guard", "which is for", "readiness", "target_agent is None or equals A."),
     Rule(M, "linearizable", "claim returned task", "claim", "Tries to take exactly the named task"),
     Rule(M, "linearizable", "says claimed_at=", "claim-fields",
@@ -86,8 +88,7 @@ RULES: tuple[Rule, ...] = (
     Rule(M, "token-unique", "issued twice for", "claim", TWICE),
     Rule(M, "token-unique", "… issued twice", "claim", TWICE),
     # ------------------------------------------------------- the model: holder operations
-    Rule(M, "lease-half-open", "(half-open: the holder loses at lease_expires_at)",
-         "lease-half-open", HALF_OPEN),
+    Rule(M, "lease-half-open", "although the lease of token", "lease-half-open", HALF_OPEN),
     Rule(M, "token-unique", "accepted a retired token", "token-unique", RETIRED),
     Rule(M, "no-lost-task", "in terminal state", "task-states",
          "Nothing ever leaves COMPLETED, FAILED or TIMED_OUT"),

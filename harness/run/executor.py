@@ -74,6 +74,9 @@ class Executor:
         self.tasks: list[str] = []
         self.claims: list[KnownClaim] = []
         self.lock_expires: int | None = None
+        # task -> (queued_at, queue_ttl_ms) of its queue window, as far as the run knows
+        # (dispatch, release; a lease expiry's new window is the store's choice)
+        self.windows: dict[str, tuple[int, int]] = {}
         self.violations: list[Violation] = []
         self.round = 0
         self._step: Step = Audit()  # the step running now, as given
@@ -165,6 +168,11 @@ class Executor:
             self._learned.add(op.index)
             if op.op == "dispatch":
                 self.tasks.append(op.value)
+                if isinstance(op.args.get("queue_ttl_ms"), int):
+                    self.windows[op.value] = (op.now, op.args["queue_ttl_ms"])
+            elif op.op == "release" and op.args.get("task_id") in self.windows:
+                tid = op.args["task_id"]
+                self.windows[tid] = (op.now, self.windows[tid][1])
             elif op.op in ("claim", "poll_next") and op.value:
                 v = op.value
                 slot = self.pool.slot_of(op.process)
@@ -241,6 +249,9 @@ class Executor:
             return s
         task = self._task(s.task)
         agents = s.agents[: self.pool.size]
+        if s.window is not None and task in self.windows:  # the queue window's edge
+            queued_at, ttl = self.windows[task]
+            self.move_clock(queued_at + ttl + s.window)
         if "claim" in self.capabilities:
             self._run([PlannedCall(slot=i, op="claim", args={"task_id": task}, agent=a) for i, a in enumerate(agents)])
         else:

@@ -115,13 +115,15 @@ class FerryMachine(RuleBasedStateMachine):
           same_name=st.booleans(), op=st.sampled_from(HOLDER_DRAWS),
           who=st.sampled_from(["holder", "holder", "impersonator", "forged", "other-agent"]),
           race=st.sampled_from([1, 2, 4]), offset=st.sampled_from([None, None, -1, 0, 1]),
-          data=st.data())
-    def lifecycle(self, for_agent, ettl, same_name, op, who, race, offset, data):
-        """The common path, in one rule: dispatch, k claimers race, then a holder op —
-        maybe at a lease boundary, maybe by an impersonator, maybe k racers with one token."""
-        self._do(Dispatch(target_agent=for_agent, queue_ttl_ms=10_000, exec_ttl_ms=ettl,
-                          max_attempts=2))
-        self._do(RaceClaim(task=0, agents=agents_for(self._k(data), same_name)))
+          window=st.sampled_from([None] * 6 + [-1, 0, 1]), data=st.data())
+    def lifecycle(self, for_agent, ettl, same_name, op, who, race, offset, window, data):
+        """The common path, in one rule: dispatch, k claimers race (maybe at the queue
+        window's end), then a holder op — maybe at a lease boundary, maybe by an
+        impersonator, maybe k racers with one token."""
+        # a short window when aiming at its end, so the jump leaves other windows open
+        self._do(Dispatch(target_agent=for_agent, queue_ttl_ms=10_000 if window is None else 60,
+                          exec_ttl_ms=ettl, max_attempts=2))
+        self._do(RaceClaim(task=0, agents=agents_for(self._k(data), same_name), window=window))
         if self.ex.claims:
             if offset is not None:
                 self._do(Clock(claim=0, offset=offset))

@@ -56,6 +56,7 @@ class RaceClaim(Scheduled):
 
     task: int  # reference to the task
     agents: tuple[str, ...]  # one racer per agent name, one per worker (extra names dropped)
+    window: int | None = None  # first go to the task's queue window end plus this, ms
 
 
 @dataclass(frozen=True, kw_only=True)

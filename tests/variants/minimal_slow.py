@@ -125,7 +125,7 @@ from ferry_core.errors import (
 
 DEFAULT_QUEUE_TTL_MS = 3_600_000
 DEFAULT_EXEC_TTL_MS = 300_000
-MAX_TTL_MS = 10**12
+MAX_TTL_MS = 2**62 - 1  # every TTL below 2**62 (PROTOCOL.md#limits)
 MAX_ATTEMPTS = 10_000
 MAX_CLOCK = 2**62
 MAX_NAME = 1024

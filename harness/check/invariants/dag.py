@@ -31,8 +31,10 @@ class DependenciesFirst:
 
 
 class FailureCascades:
-    """After a dependency ended FAILED or TIMED_OUT and a sweep ran, no dependent may still
-    read SUBMITTED (PROTOCOL.md#dependencies-and-the-failure-cascade)."""
+    """No dependent may still read SUBMITTED after a sweep that started once both its
+    dependency had ended FAILED or TIMED_OUT and the dependent's own dispatch had returned
+    (PROTOCOL.md#dependencies-and-the-failure-cascade): a task dispatched onto a dead
+    dependency may wait for the next sweep."""
 
     name = "failure-cascades"
     ids = ("dag-order",)
@@ -46,13 +48,17 @@ class FailureCascades:
         for r in reads:
             # the latest start of a sweep that ended before this read began
             swept = run.sweeps.max_before(r.invoke_ns)
+            disp = run.dispatched.get(hashable(r.value.get("task_id")))
+            if disp is None or not (disp.complete_ns or 0) < swept:
+                continue  # no sweep started after its dispatch returned: it may still wait
             for dep in r.value["depends_on"]:
                 t = run.ended.get(hashable(dep))
                 if t is not None and t < swept:
                     out.append(Violation(
                         "dag-order",
                         f"task {r.value['task_id']} is still SUBMITTED at t={r.now} although its "
-                        f"dependency {dep} ended FAILED/TIMED_OUT and a sweep ran since: the "
-                        "failure must cascade", ops=[r.index]))
+                        f"dependency {dep} ended FAILED/TIMED_OUT and a sweep started after that "
+                        f"and after this task's dispatch (op #{disp.index}) returned: the "
+                        "failure must cascade by then", ops=[r.index, disp.index]))
                     break
         return out
