@@ -1,7 +1,8 @@
 """The precision and recall matrix: correct stores × 0 violations, broken stores × their name.
 
-    python -m tests.matrix                      # 3 seeds × 30 s, both modes (about 40 min)
+    python -m tests.matrix                      # 3 seeds × 30 s, both modes (about 3 h)
     python -m tests.matrix --budget 5 --seeds 0 # a quick look
+    python -m tests.matrix --only combos        # the configurable pairwise combos (about 2 h)
 
 Every run is a real ``ferry-harness fuzz`` process, as a user would start it; two run at a
 time. Writes ``reports/matrix/matrix.md`` and ``matrix.json`` (the README's table).
@@ -10,6 +11,7 @@ time. Writes ``reports/matrix/matrix.md`` and ``matrix.json`` (the README's tabl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -28,6 +30,14 @@ CORRECT: dict[str, str] = {
     "minimal_slow": "tests.variants.minimal_slow:make_store",
     "two_conn_slow30": "tests.variants.two_conn_slow30:make_store",
 }
+
+
+def combo_targets() -> dict[str, str]:
+    """The configurable store's pairwise covering array (tests/variants/configurable.py):
+    every pair of choices of any two freedom/capability switches in some combo."""
+    from tests.variants.configurable import COMBOS
+
+    return {f"configurable/{name}": f"tests.variants.configurable:{name}" for name in COMBOS}
 
 
 # the budget promise (a slow, blocking or hanging store ends on time with a report)
@@ -81,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (0,1,2)")
     parser.add_argument("--modes", default="stress,schedule", help="modes for correct stores")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (2)")
-    parser.add_argument("--only", choices=("precision", "recall", "budget"), default=None)
+    parser.add_argument("--only", choices=("precision", "combos", "recall", "budget"),
+                        default=None, help="one part (precision includes the combos)")
     parser.add_argument("--out", default="reports/matrix", help="output directory")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -90,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[tuple[str, str, str, str, int, str | None, tuple[str, ...]]] = []
     if args.only in (None, "precision"):
         runs += [("precision", name, t, m, s, None, ()) for name, t in CORRECT.items()
+                 for m in modes for s in seeds]
+    if args.only in (None, "precision", "combos"):
+        runs += [("precision", name, t, m, s, None, ()) for name, t in combo_targets().items()
                  for m in modes for s in seeds]
     if args.only in (None, "budget"):
         runs += [("budget", name, t, m, s, None, ()) for name, t in BUDGET.items()
@@ -138,6 +152,9 @@ def render(rows: list[dict[str, Any]], budget: float, seeds: list[int]) -> str:
              "| store | mode | runs | violations | examples (median) | wall s (max) |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     prec = [r for r in rows if r["kind"] == "precision"]
+    combos = sorted({r["name"] for r in prec if r["name"].startswith("configurable/")})
+    if combos:
+        lines[-2:-2] = [combo_summary(combos, [r for r in prec if r["name"] in combos]), ""]
     for key in sorted({(r["name"], r["mode"]) for r in prec}):
         rs = [r for r in prec if (r["name"], r["mode"]) == key]
         fails = [r for r in rs if r["verdict"] != "pass"]
@@ -181,6 +198,21 @@ def render(rows: list[dict[str, Any]], budget: float, seeds: list[int]) -> str:
             reps = " ".join(str(r["reproduced"]) for r in rs)
             lines.append(f"| {name} | {rs[0]['want']} | {named} ({ok}/{len(rs)}) | {med} | {reps} |")
     return "\n".join(lines) + "\n"
+
+
+def combo_summary(names: list[str], rows: list[dict[str, Any]]) -> str:
+    """One paragraph: how many combos of how many switches ran, and what failed."""
+    from tests.covering import covered
+    from tests.variants.configurable import COMBOS, SWITCHES, meaningful
+
+    cfgs = [COMBOS[n.split("/", 1)[1]] for n in names]
+    pairs = set().union(*(covered(dataclasses.asdict(c), pivot="caps", meaningful=meaningful)
+                          for c in cfgs))
+    bad = sum(r["verdict"] != "pass" for r in rows)
+    return (f"The configurable store (`tests/variants/configurable.py`): {len(names)} "
+            f"combinations of {len(SWITCHES)} switches covering {len(pairs)} pairs of "
+            f"choices, {len(rows)} runs, {bad} with a violation "
+            "(`python -m tests.variants.configurable` lists each combo's switches).")
 
 
 if __name__ == "__main__":
