@@ -68,7 +68,7 @@ def test_a_worker_in_the_busy_handler_gets_the_lock_before_its_timeout(
             con.close()
 
     threads = [threading.Thread(target=f, args=(p[1],), daemon=True)
-               for f, p in zip((free, holder, waiter), pipes)]
+               for f, p in zip((free, holder, waiter), pipes, strict=True)]
     for t in threads:
         t.start()
     try:
@@ -90,3 +90,20 @@ def test_the_chooser_prefers_transaction_holders_only_when_asked():
     replay = Chooser(explicit=[0])
     replay.start(2)
     assert replay.pick([0, 1], set(), {1}) == 0  # a replay follows its recorded decisions
+
+
+def test_a_worker_reports_whether_one_of_its_connections_is_in_a_transaction():
+    from harness.runtime import schedule
+
+    con = schedule._connect(":memory:", isolation_level=None)
+    other = schedule._connect(":memory:", isolation_level=None)
+    try:
+        assert not schedule._in_transaction()
+        other.execute("BEGIN IMMEDIATE")
+        assert schedule._in_transaction()
+        other.execute("COMMIT")
+        assert not schedule._in_transaction()
+    finally:
+        con.close()
+        other.close()
+    assert not schedule._in_transaction()  # closed connections hold nothing
