@@ -482,7 +482,7 @@ def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
             may = may | {"LimitExceeded"}
     if op.op == "fail" and not str(op.args.get("reason", "") or "").strip():
         fails = fails + ["InvalidArgument"]
-    if err in may:
+    if err in may or (may and not cfg.typed_refusals):  # untyped: any class for a refusal allowed
         return _legal(_late_salvage(st, op, cfg))
     if not fails:
         if err == "LeaseExpired":

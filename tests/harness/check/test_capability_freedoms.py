@@ -127,3 +127,13 @@ def test_without_lease_limit_exceeded_below_the_cap_is_still_holder_guard():
     rec = _claimed(queue_ttl_ms=10_000, exec_ttl_ms=50)
     _extend(rec, type=FAIL, error="LimitExceeded")
     assert "holder-guard" in ids(check(rec, without("lease")))
+
+
+def test_without_typed_refusals_an_allowed_refusal_may_name_any_class():
+    """A store binding claims to agents (a freedom) refuses another agent holding the live
+    token; with one catch-all class that refusal is WrongState."""
+    rec = _claimed()
+    rec.op("fulfill", "mallory", {"task_id": "t1", "token": TOKEN_A, "result": 1},
+           now=T0 + 1, type=FAIL, error="WrongState")
+    assert check(rec, without("typed-refusals")) == []
+    assert "holder-guard" in ids(check(rec))  # typed: WrongState names a passing check
