@@ -9,7 +9,10 @@ so it holds no SQLite lock while it waits.
 Controller side: :func:`run_round` lets exactly one worker run at a time. A released
 worker runs until its next point, until it finishes, or until it has been silent for a
 short quiescence window — then it is taken to be blocked inside SQLite on a lock, and
-another worker goes. Which worker goes is a :class:`Chooser`'s decision: an explicit list
+another worker goes. While a worker is blocked so, the waiting workers inside a transaction
+(possible lock holders) go first, and one runs on statement by statement without another
+quiescence window: a store's busy timeout (1 s is common) measures the store's lock hold,
+not ferry's pause. Which worker goes is a :class:`Chooser`'s decision: an explicit list
 first (a replay, or a shrunk schedule), then PCT (random priorities with ``depth`` change
 points) or, for a shrunk schedule, "lowest index runs on". The decisions actually taken are
 recorded, so a failing round replays exactly.
