@@ -142,6 +142,9 @@ class TaskState:
     at_claim: bool = False  # the declared "lease-at-claim" convention
     exact_requeue: bool = False  # ModelConfig.requeue_at_expiry
     window_over: bool = False  # TIMED_OUT because its queue window ended (not its last lease)
+    # the dispatch's (queue_ttl_ms, exec_ttl_ms) as given, for the extend cap of a target
+    # with `limits` but not both timing features (PROTOCOL.md#limits: it may apply it or not)
+    cap_ttls: tuple[Any, Any] = (None, None)
 
     def lapsed_at_now(self, now: int) -> bool:
         """Is the current lease over at ``now`` (half-open, or closed if declared)?"""
@@ -206,6 +209,7 @@ def new_task(op: Op, cfg: ModelConfig | None = None) -> TaskState:
         closed=cfg.lease_closed,
         at_claim=cfg.lease_at_claim,
         exact_requeue=cfg.requeue_at_expiry,
+        cap_ttls=(a.get("queue_ttl_ms"), a.get("exec_ttl_ms")),
     )
 
 
@@ -429,6 +433,16 @@ def bad_arguments(op: Op, cfg: ModelConfig | None = None) -> str | None:
     return None
 
 
+def optional_bad_arguments(op: Op, cfg: ModelConfig | None = None) -> str | None:
+    """Why an op's arguments may be refused with ``InvalidArgument`` although acceptance
+    is legal too, or None: a ``result`` that is not JSON, given to a target without
+    ``results`` (it keeps no result, so it need not check one: PROTOCOL.md#limits)."""
+    cfg = cfg or ModelConfig()
+    if not cfg.results and "result" in op.args and not _is_json(op.args["result"]):
+        return f"result {op.args['result']!r} is not JSON"
+    return None
+
+
 def _is_json(value: Any) -> bool:
     try:
         json.dumps(value, allow_nan=False)
@@ -440,9 +454,12 @@ def _is_json(value: Any) -> bool:
 def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
     token = op.args.get("token")
     fails, may = _guard_failures(st, op.agent, token, cfg)
+    guard = list(fails)
     bad = bad_arguments(op, cfg)
     if bad:  # argument checks come before the guard
         fails = ["InvalidArgument", *fails]
+    elif optional_bad_arguments(op, cfg):
+        may = may | {"InvalidArgument"}
     if op.type == OK:
         if bad:
             return _illegal(st, "typed-errors", (
@@ -457,9 +474,15 @@ def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
     limit = _limit_reason(st, op, cfg)
     if limit:
         fails = fails + ["LimitExceeded"]
+        guard = guard + ["LimitExceeded"]
+    elif _optional_cap(st, op, cfg):  # a failing check if applied; the guard's order first
+        if fails:
+            fails = fails + ["LimitExceeded"]
+        else:
+            may = may | {"LimitExceeded"}
     if op.op == "fail" and not str(op.args.get("reason", "") or "").strip():
         fails = fails + ["InvalidArgument"]
-    if err in may:
+    if err in may or (may and not cfg.typed_refusals):  # untyped: any class for a refusal allowed
         return _legal(_late_salvage(st, op, cfg))
     if not fails:
         if err == "LeaseExpired":
@@ -478,6 +501,8 @@ def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
         # the PROTOCOL.md#the-holder-guard order; a lapsed lease's row may or may not be swept yet (WrongState or
         # LeaseExpired first)
         first = {fails[0]} | ({"LeaseExpired"} if fails[0] == "WrongState" and st.lapsed else set())
+        if bad and guard:  # argument checks are outside the order (PROTOCOL.md#declaring-refusal-order)
+            first |= {guard[0]} | ({"LeaseExpired"} if guard[0] == "WrongState" and st.lapsed else set())
         if cfg.refusal_order and cfg.typed_refusals and err not in first:
             if st.lapsed is not None and op.now == st.lapsed_at:
                 live = replace(st, status=CLAIMED, holder=st.lapsed[0], token=st.lapsed[1])
@@ -516,6 +541,17 @@ def _limit_reason(st: TaskState, op: Op, cfg: ModelConfig) -> str | None:
                 and op.now + st.exec_ttl > st.created_at + 4 * st.queue_ttl):
             return "hard cap"
     return None
+
+
+def _optional_cap(st: TaskState, op: Op, cfg: ModelConfig) -> bool:
+    """Would the extend cap refuse this extend on a target with ``limits`` but without
+    ``lease`` or ``queue-ttl``? Such a store may apply the cap or not (PROTOCOL.md#limits)."""
+    if not cfg.limits or op.op != "extend" or (st.exec_ttl is not None and st.queue_ttl is not None):
+        return False
+    queue_ttl, exec_ttl = st.cap_ttls
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (queue_ttl, exec_ttl)):
+        return False
+    return op.now + exec_ttl > st.created_at + 4 * queue_ttl
 
 
 def _apply_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
@@ -723,9 +759,10 @@ def step_task(st: TaskState | None, op: Op, cfg: ModelConfig) -> Verdict:
             return _illegal(st, "token-unique", f"task id {op.value} was issued twice")
         return _legal(new_task(op, cfg))
     if st is None:
-        if op.type == FAIL and (op.error == "NotFound"
-                                or (op.error == "InvalidArgument" and bad_arguments(op, cfg))):
-            return _legal(st)
+        if op.type == FAIL and (op.error == "NotFound" or not cfg.typed_refusals
+                                or (op.error == "InvalidArgument"
+                                    and (bad_arguments(op, cfg) or optional_bad_arguments(op, cfg)))):
+            return _legal(st)  # untyped (PROTOCOL.md#ferry_capabilities): any refusal class
         return _illegal(st, "linearizable", f"{op.op} on task {op.task_id} before its dispatch")
     before = st
     st = advance(st, op.now)
@@ -909,13 +946,13 @@ class SequentialModel:
             return v
         if op.op == "dispatch":
             if bad_arguments(op, self.cfg):
-                if op.type == FAIL and op.error == "InvalidArgument":
+                if op.type == FAIL and (op.error == "InvalidArgument" or not self.cfg.typed_refusals):
                     return _legal(None)
                 return step_task(None, op, self.cfg)
             deps = tuple(op.args.get("depends_on") or ())
             missing = [d for d in deps if d not in self.tasks]
             if op.type == FAIL:
-                if missing and op.error == "NotFound":
+                if missing and (op.error == "NotFound" or not self.cfg.typed_refusals):
                     return _legal(None)
                 if op.error == "InvalidArgument":
                     return _legal(None)

@@ -50,6 +50,7 @@ _SETTLE_POLLS = 50  # polls before an idle probe, each may take a ready task
 READER_HOLD_S = 0.2  # how long the "checkpoint with a reader open" probe keeps its snapshot
 STALL_S = 1.0  # an op that ran this long kept the other workers waiting: a report finding
 START_MS = 1_000_000_000
+CLOCK_LIMIT_MS = 1 << 42  # the harness clock stays below this (PROTOCOL.md#limits, huge TTLs)
 
 
 class Executor:
@@ -186,8 +187,10 @@ class Executor:
                 self.lock_expires = op.now + op.args["ttl_ms"]
 
     def move_clock(self, target: int) -> bool:
-        """Move time forward to ``target`` (never backwards: leases would un-expire)."""
-        if target < self.clock():
+        """Move time forward to ``target`` (never backwards: leases would un-expire), but not
+        to 2**42 ms or later: PROTOCOL.md#limits keeps the clock below that, and the lease
+        end of an accepted huge TTL would wrap the shared int64 clock negative."""
+        if target < self.clock() or target >= CLOCK_LIMIT_MS:
             return False
         self.clock.set(target)
         return True

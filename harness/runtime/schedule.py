@@ -4,12 +4,16 @@ Worker side: before the target is created, :func:`install` replaces ``sqlite3.co
 so every connection the target opens is a :class:`ScheduledConnection`. Each statement it
 executes first passes a *schedule point*: during a scheduled race the worker reports
 ``(op, sql)`` to the controller and waits for "go" before the statement is even prepared,
-so it holds no SQLite lock while it waits.
+so it takes no new SQLite lock while it waits (one inside a transaction keeps those it
+holds; it says so with ``in_tx``).
 
 Controller side: :func:`run_round` lets exactly one worker run at a time. A released
 worker runs until its next point, until it finishes, or until it has been silent for a
 short quiescence window — then it is taken to be blocked inside SQLite on a lock, and
-another worker goes. Which worker goes is a :class:`Chooser`'s decision: an explicit list
+another worker goes. While a worker is blocked so, the waiting workers inside a transaction
+(possible lock holders) go first, and one runs on statement by statement without another
+quiescence window: a store's busy timeout (1 s is common) measures the store's lock hold,
+not ferry's pause. Which worker goes is a :class:`Chooser`'s decision: an explicit list
 first (a replay, or a shrunk schedule), then PCT (random priorities with ``depth`` change
 points) or, for a shrunk schedule, "lowest index runs on". The decisions actually taken are
 recorded, so a failing round replays exactly.
@@ -23,6 +27,7 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
+import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
@@ -31,6 +36,7 @@ from harness.runtime.wire import AbortSchedule, AtSchedulePoint, OpDone, Proceed
 
 _original_connect = sqlite3.connect
 _state: dict[str, Any] = {"pipe": None, "op": None, "connections": 0, "busy": False}
+_open: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()  # this worker's connections
 
 
 class ScheduleAbort(Exception):
@@ -42,9 +48,21 @@ def _point(sql: Any) -> None:
     if pipe is None or op is None:
         return
     retry, _state["busy"] = _state["busy"], False
-    send(pipe, AtSchedulePoint(op_index=op, sql=str(sql).strip()[:500], retry=retry))
+    send(pipe, AtSchedulePoint(op_index=op, sql=str(sql).strip()[:500], retry=retry,
+                               in_tx=_in_transaction()))
     if not isinstance(receive(pipe), Proceed):
         raise ScheduleAbort("schedule aborted by the controller")
+
+
+def _in_transaction() -> bool:
+    """Is one of this worker's connections inside a transaction (it may hold a lock)?"""
+    for con in list(_open):
+        try:
+            if con.in_transaction:
+                return True
+        except sqlite3.ProgrammingError:  # closed
+            continue
+    return False
 
 
 def _run(method: Any, sql: Any, *args: Any) -> Any:
@@ -91,7 +109,9 @@ def _connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
     elif not issubclass(base, ScheduledConnection):
         kwargs["factory"] = type(f"Scheduled{base.__name__}", (ScheduledConnection, base), {})
     _state["connections"] += 1
-    return _original_connect(*args, **kwargs)
+    con = _original_connect(*args, **kwargs)
+    _open.add(con)
+    return con
 
 
 def install(pipe: Any) -> None:
@@ -118,7 +138,9 @@ class Chooser:
     ``explicit`` decisions come first (round-local worker positions); then PCT with
     ``seed``/``depth`` if given, else the lowest waiting position runs on. A worker
     retrying after SQLITE_BUSY goes only when nobody else can, and then retriers take
-    turns, so the lock holder always gets to commit (no livelock).
+    turns, so the lock holder always gets to commit (no livelock). While another worker is
+    blocked inside SQLite, the waiting workers in a transaction (``prefer``) go first: a
+    store's busy timeout must not run out because ferry kept the lock holder paused.
     """
 
     explicit: list[int] = field(default_factory=list)
@@ -136,9 +158,11 @@ class Chooser:
             self._prio = {w: float(k - i) for i, w in enumerate(order)}
             self._changes = {rng.randrange(1, 12) for _ in range(self.depth)}
 
-    def pick(self, waiting: list[int], retrying: set[int]) -> int:
+    def pick(self, waiting: list[int], retrying: set[int],
+             prefer: set[int] | frozenset[int] = frozenset()) -> int:
         step = len(self.taken)
         fresh = [w for w in waiting if w not in retrying]
+        fresh = [w for w in fresh if w in prefer] or fresh
         if step < len(self.explicit) and self.explicit[step] in waiting:
             choice = self.explicit[step]
         elif not fresh:  # only busy retriers: the least recently run goes
@@ -183,6 +207,8 @@ def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
     running: set[int] = set(range(k))
     blocked: set[int] = set()
     retrying: set[int] = set()
+    in_tx: set[int] = set()  # waiting workers inside a transaction (possible lock holders)
+    stuck: set[int] = set()  # blocked when the worker released last went on in its transaction
     replies: dict[int, OpDone] = {}
     died: list[int] = []
     trace: list[tuple[int, int, str, bool]] = []
@@ -197,7 +223,11 @@ def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
         # blocked workers too: one inside SQLite's own busy handler reports its next point
         # once the lock frees, and may be the only one left to hear from
         live = [conns[i] for i in running]
-        ready = wait(live, timeout=quiescence_s) if live else []
+        # the worker released last is at its next point still inside its transaction: who
+        # was blocked on its lock still is, so no new quiescence window (each would spend
+        # the blocked worker's busy timeout, one statement of the holder at a time)
+        holding = bool(stuck) and running <= stuck and last_pos in waiting and last_pos in in_tx
+        ready = wait(live, timeout=0 if holding else quiescence_s) if live else []
         for c in ready:
             i = pos_of[c]
             try:
@@ -212,6 +242,10 @@ def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
                         retrying.add(i)
                     else:
                         retrying.discard(i)
+                    if msg.in_tx:
+                        in_tx.add(i)
+                    else:
+                        in_tx.discard(i)
                     waiting[i] = msg.sql
                     running.discard(i)
                 case OpDone():
@@ -223,11 +257,14 @@ def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
         # quiescent: whoever is still "running" is blocked inside SQLite
         blocked |= running
         if waiting:
-            choice = chooser.pick(sorted(waiting), retrying)
+            # someone is stuck inside SQLite (on a lock, most likely): a transaction holder
+            # runs on until it commits, so a short busy timeout is not spent on our pause
+            choice = chooser.pick(sorted(waiting), retrying, in_tx if blocked else frozenset())
             sql = waiting.pop(choice)
             trace.append((choice, op_indices[choice], sql, last_pos is not None and last_pos != choice))
             last_pos = choice
             send(conns[choice], Proceed())
+            stuck = blocked - {choice} if choice in in_tx else set()
             running.add(choice)
             blocked.discard(choice)
             # a blocked worker may be free now that someone else moved; look again

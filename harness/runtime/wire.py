@@ -154,6 +154,8 @@ class AtSchedulePoint:
     op_index: int  # the op running (CallOp.op_index)
     sql: str  # the statement, stripped, at most 500 characters
     retry: bool  # the previous statement failed with SQLITE_BUSY/locked: this retries
+    # one of the worker's connections is inside a transaction (it may hold the write lock)
+    in_tx: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
