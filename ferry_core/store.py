@@ -52,7 +52,7 @@ _GUARD_COLUMNS = "status, target_agent, claimed_by, lease_expires_at, claim_toke
 # turn into a float) is refused, not stored. Every TTL below 2**62 is accepted
 # (PROTOCOL.md#limits).
 TTL_LIMIT_MS = 2**62 - 1
-# ten years: the bound of adapters over libraries that keep datetimes (harness.adapters.huey)
+# ten years: the bound of adapters over libraries that keep datetimes (ferry_harness.adapters.huey)
 MAX_TTL_MS = 10 * 365 * 24 * 3600 * 1000
 
 
@@ -139,7 +139,7 @@ class LeaseStore:
     Construct one per process (or thread); every instance opens its own connection.
     """
 
-    #: Stricter than PROTOCOL.md#freedoms-a-correct-store-may-take requires, so ferry holds this store to both (harness.check.ops).
+    #: Stricter than PROTOCOL.md#freedoms-a-correct-store-may-take requires, so ferry holds this store to both (ferry_harness.check.ops).
     ferry_declares = frozenset({"holder-binding", "refusal-order"})
 
     def __init__(

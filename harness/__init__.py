@@ -2,10 +2,10 @@
 operation, and check the history against the store protocol (PROTOCOL.md).
 
 The names below are the public API; everything else may move between releases. They load
-on first use (PEP 562), so ``import harness`` stays cheap in worker processes and in every
+on first use (PEP 562), so ``import ferry_harness`` stays cheap in worker processes and in every
 pytest session the plugin joins.
 
->>> from harness import Campaign, CampaignConfig
+>>> from ferry_harness import Campaign, CampaignConfig
 >>> outcome = Campaign(CampaignConfig(target="ferry_core:LeaseStore", budget_s=5)).run()  # doctest: +SKIP
 >>> outcome.report.verdict, outcome.report.violations  # doctest: +SKIP
 ('pass', ())
@@ -23,21 +23,21 @@ from typing import Any
 #: public name -> the module that defines it
 _WHERE = {
     # errors and exit codes
-    "ExitCode": "harness.errors", "FerryError": "harness.errors",
-    "UsageError": "harness.errors", "TargetError": "harness.errors",
-    "HarnessError": "harness.errors",
+    "ExitCode": "ferry_harness.errors", "FerryError": "ferry_harness.errors",
+    "UsageError": "ferry_harness.errors", "TargetError": "ferry_harness.errors",
+    "HarnessError": "ferry_harness.errors",
     # judging a history
-    "History": "harness.check.history", "Op": "harness.check.history",
-    "ModelConfig": "harness.check.model",
-    "Checker": "harness.check.checker", "Violation": "harness.check.checker",
+    "History": "ferry_harness.check.history", "Op": "ferry_harness.check.history",
+    "ModelConfig": "ferry_harness.check.model",
+    "Checker": "ferry_harness.check.checker", "Violation": "ferry_harness.check.checker",
     # driving a store
-    "SharedClock": "harness.runtime.clock", "load_factory": "harness.runtime.target",
-    "WorkerPool": "harness.runtime.client", "PlannedCall": "harness.runtime.client",
+    "SharedClock": "ferry_harness.runtime.clock", "load_factory": "ferry_harness.runtime.target",
+    "WorkerPool": "ferry_harness.runtime.client", "PlannedCall": "ferry_harness.runtime.client",
     # campaigns and gates
-    "Campaign": "harness.run.campaign", "CampaignConfig": "harness.run.campaign",
-    "ferry_gate": "harness.cli.pytest_plugin",
+    "Campaign": "ferry_harness.run.campaign", "CampaignConfig": "ferry_harness.run.campaign",
+    "ferry_gate": "ferry_harness.cli.pytest_plugin",
     # recording a store's calls in your own tests (then Checker / ferry-harness check)
-    "Recorder": "harness.tools.recorder",
+    "Recorder": "ferry_harness.tools.recorder",
 }
 
 __all__ = sorted(_WHERE)
@@ -45,7 +45,7 @@ __all__ = sorted(_WHERE)
 
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
-        raise AttributeError(f"module 'harness' has no attribute {name!r}")
+        raise AttributeError(f"module 'ferry_harness' has no attribute {name!r}")
     value = getattr(importlib.import_module(_WHERE[name]), name)
     globals()[name] = value  # the next lookup is a plain attribute read
     return value

@@ -1,7 +1,7 @@
-"""``python -m harness`` runs the ferry-harness command."""
+"""``python -m ferry_harness`` runs the ferry-harness command."""
 
 import sys
 
-from harness.cli.main import main
+from ferry_harness.cli.main import main
 
 sys.exit(main())

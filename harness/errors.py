@@ -5,7 +5,7 @@ harness failure (the store or the machine would not let ferry go on) from a find
 violation is data in the report, never an exception). Lowest layer: imports nothing of
 ferry.
 
->>> from harness.errors import ExitCode, TargetError, UsageError
+>>> from ferry_harness.errors import ExitCode, TargetError, UsageError
 >>> int(ExitCode.VIOLATION)
 1
 >>> issubclass(TargetError, UsageError)
@@ -21,7 +21,7 @@ __all__ = ["ExampleDbError", "ExitCode", "FerryError", "HarnessError", "ReportDi
 
 
 class ExitCode(IntEnum):
-    """What ``ferry-harness`` (and ``python -m harness``) exits with; CI gates read it."""
+    """What ``ferry-harness`` (and ``python -m ferry_harness``) exits with; CI gates read it."""
 
     OK = 0  #: no violation (every scenario passed or was skipped)
     VIOLATION = 1  #: at least one invariant was broken; the report says which

@@ -6,9 +6,9 @@ late results), written against the harness: it acts through the worker pool (so
 everything lands in a History) and lets the harness Checker judge, under the invariant ids
 of PROTOCOL.md#invariants. Run them with ``ferry-harness scenarios``, or::
 
-    from harness.runtime.client import WorkerPool
-    from harness.runtime.clock import SharedClock
-    from scenarios import SCENARIOS, ScenarioContext
+    from ferry_harness.runtime.client import WorkerPool
+    from ferry_harness.runtime.clock import SharedClock
+    from ferry_scenarios import SCENARIOS, ScenarioContext
 
     clock = SharedClock()
     with WorkerPool("ferry_core:LeaseStore", clock, 4) as pool:

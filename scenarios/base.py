@@ -1,10 +1,10 @@
 """What every scenario is made of: a :class:`Session` to act in, and the :class:`Scenario` record.
 
 A scenario is a short script of one race against the store protocol. It acts only through
-the harness: a :class:`Session` *is* a :class:`harness.run.executor.Executor` (a fresh database,
-the shared clock, the worker pool, one :class:`harness.check.history.History`), so every call it
-makes runs in a real worker process and is recorded as an :class:`~harness.check.history.Op`.
-After each call or race the harness :class:`~harness.check.checker.Checker` looks at what changed;
+the harness: a :class:`Session` *is* a :class:`ferry_harness.run.executor.Executor` (a fresh database,
+the shared clock, the worker pool, one :class:`ferry_harness.check.history.History`), so every call it
+makes runs in a real worker process and is recorded as an :class:`~ferry_harness.check.history.Op`.
+After each call or race the harness :class:`~ferry_harness.check.checker.Checker` looks at what changed;
 the first violation ends the scenario (:class:`Stop`). A scenario may state an extra
 expectation with :meth:`Session.expect` only where no checker rule covers it, and must
 name the invariant id (PROTOCOL.md#invariants) that expectation belongs to; the session's
@@ -20,16 +20,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.check import ops as ops_module
-from harness.check.checker import INVARIANTS, Checker, Violation, fuzz_invariants
-from harness.check.history import OK, History, Op
-from harness.check.invariants.expectations import EXPECT, ScenarioExpectations
-from harness.check.model import ModelConfig
-from harness.errors import HarnessError
-from harness.run.executor import Executor
-from harness.run.steps import Step, step_to_json
-from harness.runtime.client import PlannedCall, WorkerPool
-from harness.runtime.clock import SharedClock
+from ferry_harness.check import ops as ops_module
+from ferry_harness.check.checker import INVARIANTS, Checker, Violation, fuzz_invariants
+from ferry_harness.check.history import OK, History, Op
+from ferry_harness.check.invariants.expectations import EXPECT, ScenarioExpectations
+from ferry_harness.check.model import ModelConfig
+from ferry_harness.errors import HarnessError
+from ferry_harness.run.executor import Executor
+from ferry_harness.run.steps import Step, step_to_json
+from ferry_harness.runtime.client import PlannedCall, WorkerPool
+from ferry_harness.runtime.clock import SharedClock
 
 MAX_ROUNDS = 20  # a race is repeated at most this often; it stops at the first violation
 QUEUE_TTL_MS = 600_000
@@ -193,7 +193,7 @@ class Session(Executor):
         """A scenario-specific expectation that no checker rule covers, under its invariant id.
 
         One that does not hold is recorded as an ``expect`` op and judged by the session's
-        Checker (:mod:`harness.check.invariants.expectations`), which stops the scenario."""
+        Checker (:mod:`ferry_harness.check.invariants.expectations`), which stops the scenario."""
         if ok:
             return
         if invariant not in INVARIANTS:
@@ -371,7 +371,7 @@ _NOT_FEATURES = frozenset(ops_module.PROTOCOL) | {"dag", "wal-file"}
 def has_capability(capabilities: Iterable[str], name: str) -> bool:
     """Does the target have an operation (``claim``…), ``dag``, ``wal-file``, :data:`TAKE`
     (claim or poll_next), or a protocol feature (``lease``, ``targets``… from
-    ``harness.check.ops.FEATURES``)?
+    ``ferry_harness.check.ops.FEATURES``)?
 
     A feature this harness does not list is assumed present, as the harness assumes a
     store that declares nothing to be a full protocol store (PROTOCOL.md#capability-declarations).
@@ -387,7 +387,7 @@ def has_capability(capabilities: Iterable[str], name: str) -> bool:
         return True
     if name not in features:
         raise ValueError(f"unknown capability {name!r}: not an operation, 'dag', 'wal-file' "
-                         f"or one of harness.check.ops.FEATURES {sorted(features)}")
+                         f"or one of ferry_harness.check.ops.FEATURES {sorted(features)}")
     return False
 
 

@@ -14,7 +14,7 @@ without bound.
 
 from __future__ import annotations
 
-from harness.run.steps import Checkpoint
+from ferry_harness.run.steps import Checkpoint
 
 from .base import TAKE, Scenario, Session, holder_args
 

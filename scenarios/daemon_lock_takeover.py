@@ -12,7 +12,7 @@ daemon steal a live lock, and two daemons sweep at once.
 
 from __future__ import annotations
 
-from harness.check.history import Op
+from ferry_harness.check.history import Op
 
 from .base import Scenario, Session
 

@@ -12,7 +12,7 @@ poll path appends a frame on every idle poll.
 
 from __future__ import annotations
 
-from harness.run.steps import Checkpoint, IdlePoll, Reads
+from ferry_harness.run.steps import Checkpoint, IdlePoll, Reads
 
 from .base import TAKE, Scenario, Session, holder_args
 

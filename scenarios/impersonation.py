@@ -10,7 +10,7 @@ that checks only the agent name lets B finish A's task with its half-done result
 
 from __future__ import annotations
 
-from harness.check.history import HOLDER_OPS
+from ferry_harness.check.history import HOLDER_OPS
 
 from .base import Scenario, Session, holder_args
 

@@ -12,7 +12,7 @@ polls (the task is the only one ready).
 
 from __future__ import annotations
 
-from harness.check.history import HOLDER_OPS
+from ferry_harness.check.history import HOLDER_OPS
 
 from .base import TAKE, Scenario, Session, holder_args
 

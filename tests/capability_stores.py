@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ferry_core import LeaseStore
-from harness.check.ops import FEATURES, PROTOCOL
+from ferry_harness.check.ops import FEATURES, PROTOCOL
 
 LOCKS = frozenset({"acquire_lock", "release_lock", "lock_holder"})
 

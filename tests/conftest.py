@@ -134,7 +134,7 @@ def pytest_configure(config):
     if config.getoption("--ferry-thorough"):
         from hypothesis import settings
 
-        import harness.run.profiles  # noqa: F401  (registers the ferry-* profiles)
+        import ferry_harness.run.profiles  # noqa: F401  (registers the ferry-* profiles)
 
         settings.load_profile("ferry-thorough")
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harness.check.history import OK, History, Op
-from harness.check.model import ModelConfig
-from harness.check.ops import FEATURES
+from ferry_harness.check.history import OK, History, Op
+from ferry_harness.check.model import ModelConfig
+from ferry_harness.check.ops import FEATURES
 
 T0 = 1_000_000_000
 TOKEN_A = "d8ea8f0c-8800-4000-8000-000000000001"

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from harness.runtime.provenance import provenance
+from ferry_harness.runtime.provenance import provenance
 
 KINDS = ("precision", "recall", "budget")  # one JSON file per table, in this order
 
@@ -77,7 +77,7 @@ def broken_targets() -> dict[str, tuple[str, str, tuple[str, ...]]]:
 def fuzz(target: str, *, mode: str, seed: int, budget: float, out: Path,
          faults: tuple[str, ...] = ()) -> dict[str, Any]:
     """One campaign in its own process; its report, plus the wall time it took."""
-    cmd = [sys.executable, "-m", "harness", "fuzz", "--target", target, "--mode", mode,
+    cmd = [sys.executable, "-m", "ferry_harness", "fuzz", "--target", target, "--mode", mode,
            "--seed", str(seed), "--budget", str(budget), "--example-db", "none", "--quiet",
            "--report-dir", str(out)] + (["--faults", ",".join(faults)] if faults else [])
     t0 = time.perf_counter()

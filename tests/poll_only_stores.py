@@ -23,7 +23,7 @@ import time
 from typing import Any, NoReturn
 
 from ferry_core import LeaseStore
-from harness.check.ops import FEATURES, PROTOCOL
+from ferry_harness.check.ops import FEATURES, PROTOCOL
 from tests.broken_stores import UnfencedWriteStore
 
 GRACE_MS = 1_000  # how late the broken reaper requeues an expired lease

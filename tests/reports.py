@@ -29,17 +29,17 @@ ADAPTER_BUDGET_S = 60.0  # seconds per adapter run (seed 0: the findings.md runs
 
 # report directory under reports/adapters -> fuzz target
 ADAPTERS: dict[str, str] = {
-    "persist_queue": "harness.adapters.persist_queue:make_store",
-    "litequeue": "harness.adapters.litequeue:make_store",
-    "localqueue": "harness.adapters.localqueue:make_store",
-    "huey": "harness.adapters.huey:make_store",
-    "huey/first_result": "harness.adapters.huey:make_first_result_store",
-    "huey/expiring": "harness.adapters.huey:make_expiring_store",
-    "simplebroker": "harness.adapters.simplebroker:make_store",
+    "persist_queue": "ferry_harness.adapters.persist_queue:make_store",
+    "litequeue": "ferry_harness.adapters.litequeue:make_store",
+    "localqueue": "ferry_harness.adapters.localqueue:make_store",
+    "huey": "ferry_harness.adapters.huey:make_store",
+    "huey/first_result": "ferry_harness.adapters.huey:make_first_result_store",
+    "huey/expiring": "ferry_harness.adapters.huey:make_expiring_store",
+    "simplebroker": "ferry_harness.adapters.simplebroker:make_store",
 }
 
-PEERS = ("ferry_core:LeaseStore,harness.adapters.litequeue:make_store,"
-         "harness.adapters.localqueue:make_store,harness.adapters.persist_queue:make_store")
+PEERS = ("ferry_core:LeaseStore,ferry_harness.adapters.litequeue:make_store,"
+         "ferry_harness.adapters.localqueue:make_store,ferry_harness.adapters.persist_queue:make_store")
 
 
 @dataclass(frozen=True)
@@ -53,13 +53,13 @@ class Regenerated:
 
 def _fuzz(name: str, target: str, budget: float) -> Regenerated:
     d = f"reports/adapters/{name}"
-    return Regenerated("adapters", d, ("-m", "harness", "fuzz", "--target", target, "--budget",
+    return Regenerated("adapters", d, ("-m", "ferry_harness", "fuzz", "--target", target, "--budget",
                                        f"{budget:g}", "--seed", "0", "--example-db", "none",
                                        "--quiet", "--report-dir", d))
 
 
 def _bench(d: str, *args: str) -> Regenerated:
-    return Regenerated("bench", d, ("-m", "harness", "bench", *args, "--report-dir", d))
+    return Regenerated("bench", d, ("-m", "ferry_harness", "bench", *args, "--report-dir", d))
 
 
 def reports(adapter_budget: float = ADAPTER_BUDGET_S) -> list[Regenerated]:

@@ -4,7 +4,7 @@ against the README's sentence by ``tests/test_readme_figures.py``."""
 
 from __future__ import annotations
 
-REPLAYS = 10  # a minimal example is replayed this many times (harness.run.campaign)
+REPLAYS = 10  # a minimal example is replayed this many times (ferry_harness.run.campaign)
 MIN_HITS = 1  # an example found without faults (a racing one replays 2/10 on a loaded machine)
 FAULT_ONLY_MIN_HITS = 1  # one found only by a kill or pause fault (where the signal lands varies)
 

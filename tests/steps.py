@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from harness.run.steps import (
+from ferry_harness.run.steps import (
     Dispatch,
     Holder,
     RaceClaim,

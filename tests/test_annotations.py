@@ -1,4 +1,4 @@
-"""Facts an op carries for the checker are typed (:mod:`harness.check.annotations`): one
+"""Facts an op carries for the checker are typed (:mod:`ferry_harness.check.annotations`): one
 frozen dataclass each, put on ops with ``annotations.mark`` and read with ``fact``.
 
 The source scan fails on any other write into ``Op.extra`` — a subscript assignment,
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.check import annotations as a
-from harness.check.history import History, Op
+from ferry_harness.check import annotations as a
+from ferry_harness.check.history import History, Op
 
 ROOT = Path(__file__).resolve().parents[1]
 

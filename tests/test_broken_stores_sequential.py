@@ -93,7 +93,7 @@ def test_registry_names_factories_and_spec_ids():
     if SPEC.exists():
         spec_ids = set(re.findall(r"^\| `([a-z-]+)` \|", SPEC.read_text(), re.M))
         assert spec_ids == SPEC_IDS
-    from harness.check.checker import INVARIANTS
+    from ferry_harness.check.checker import INVARIANTS
 
     for name, (inv, desc) in broken_stores.BROKEN.items():
         assert inv in SPEC_IDS or inv in INVARIANTS, name

@@ -1,6 +1,6 @@
 """Every check can fail, and each one is needed.
 
-For every check of :class:`harness.check.checker.Checker` there is a history with the bug only it
+For every check of :class:`ferry_harness.check.checker.Checker` there is a history with the bug only it
 sees. With all checks on, the history is reported under the right invariant, with the
 message that explains it; with that one check removed, the finding is gone (the meta-test).
 A check that nothing needs would show up here as a case that still fails without it.
@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
-from harness.check.checker import Checker, fuzz_invariants
-from harness.check.history import INFO
+from ferry_harness.check.checker import Checker, fuzz_invariants
+from ferry_harness.check.history import INFO
 from tests.histories import SPEC_STORE, T0, TOKEN_A, TOKEN_B, Recorder
 
 

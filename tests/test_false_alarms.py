@@ -11,11 +11,11 @@ import json
 
 import pytest
 
-from harness.check.checker import Checker
-from harness.check.history import FAIL
-from harness.check.model import ModelConfig
-from harness.run.campaign import CampaignConfig, Runner
-from harness.run.steps import Clock, Dispatch, IdlePoll
+from ferry_harness.check.checker import Checker
+from ferry_harness.check.history import FAIL
+from ferry_harness.check.model import ModelConfig
+from ferry_harness.run.campaign import CampaignConfig, Runner
+from ferry_harness.run.steps import Clock, Dispatch, IdlePoll
 from tests.histories import DECLARED, SPEC_STORE, T0, TOKEN_A, TOKEN_B, Recorder
 
 

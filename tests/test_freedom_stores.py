@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.run.campaign import Campaign, CampaignConfig, Runner
-from harness.run.steps import Clock, Dispatch, IdlePoll, RaceClaim, Reads
+from ferry_harness.run.campaign import Campaign, CampaignConfig, Runner
+from ferry_harness.run.steps import Clock, Dispatch, IdlePoll, RaceClaim, Reads
 from tests.freedom_stores import FREEDOM_STORES
 
 # a lease ends at +50; a sweep applies it at +700, long after the window ferry_core would

@@ -1,6 +1,6 @@
 """The package's shape is a tested contract: dependencies point one way.
 
-Layers, lowest first (README "How the harness works"): ``harness.errors`` → ``check`` (pure)
+Layers, lowest first (README "How the harness works"): ``ferry_harness.errors`` → ``check`` (pure)
 → ``runtime`` and ``adapters`` → ``report`` → ``run`` → ``scenarios`` → ``tools`` → ``cli``.
 A module may import its own layer or a lower one — at module level or inside a function
 alike — never a higher one, and the module graph has no cycle. No module imports another
@@ -15,18 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("harness", "scenarios")
+#: directory -> the name it is installed (and imported) under (pyproject.toml's package-dir)
+PACKAGES = {"harness": "ferry_harness", "scenarios": "ferry_scenarios"}
 
 #: rank of each layer; a module may import a module of rank <= its own
 LAYERS: dict[str, int] = {
-    "harness": 0, "harness.errors": 0,
-    "harness.check": 1,
-    "harness.runtime": 2, "harness.adapters": 2,
-    "harness.report": 3,
-    "harness.run": 4,
-    "scenarios": 5,
-    "harness.tools": 6,
-    "harness.cli": 7, "harness.__main__": 7,
+    "ferry_harness": 0, "ferry_harness.errors": 0,
+    "ferry_harness.check": 1,
+    "ferry_harness.runtime": 2, "ferry_harness.adapters": 2,
+    "ferry_harness.report": 3,
+    "ferry_harness.run": 4,
+    "ferry_scenarios": 5,
+    "ferry_harness.tools": 6,
+    "ferry_harness.cli": 7, "ferry_harness.__main__": 7,
 }
 
 
@@ -44,9 +45,10 @@ class Edge:
 
 def _modules(root: Path = ROOT) -> dict[str, Path]:
     found: dict[str, Path] = {}
-    for pkg in PACKAGES:
+    for pkg, name in PACKAGES.items():
         for path in (root / pkg).rglob("*.py"):
             parts = list(path.relative_to(root).with_suffix("").parts)
+            parts[0] = name
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join(parts)] = path
@@ -111,7 +113,7 @@ def _edges(root: Path = ROOT) -> list[Edge]:
 def _layer(module: str) -> str:
     best = ""
     for layer in LAYERS:
-        below = module.startswith(layer + ".") and layer != "harness"  # the root holds no layer
+        below = module.startswith(layer + ".") and layer != "ferry_harness"  # the root holds no layer
         if (module == layer or below) and len(layer) > len(best):
             best = layer
     return best
@@ -125,14 +127,14 @@ def _upward(edges: list[Edge]) -> list[str]:
     return [f"{e.source}:{e.line} imports {e.target} "
             f"({_layer(e.source)} may not depend on {_layer(e.target)})"
             for e in edges
-            if e.target != "harness" and _layer(e.source) and _layer(e.target)
+            if e.target != "ferry_harness" and _layer(e.source) and _layer(e.target)
             and LAYERS[_layer(e.target)] > LAYERS[_layer(e.source)]]
 
 
 def _cycle(edges: list[Edge]) -> list[str]:
     graph: dict[str, set[str]] = {}
     for e in edges:
-        if e.target != "harness":  # the package root only re-exports, lazily
+        if e.target != "ferry_harness":  # the package root only re-exports, lazily
             graph.setdefault(e.source, set()).add(e.target)
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -218,10 +220,10 @@ def test_each_rule_fires_on_a_tree_that_breaks_it(tmp_path: Path) -> None:
     files = {
         "harness/__init__.py": "",
         "harness/check/__init__.py": "",
-        "harness/check/model.py": "def f():\n    from harness.cli.main import go\n",
+        "harness/check/model.py": "def f():\n    from ferry_harness.cli.main import go\n",
         "harness/cli/__init__.py": "",
-        "harness/cli/main.py": ("from harness.check.model import _hidden\n"
-                                "from harness.check import model as m\n"
+        "harness/cli/main.py": ("from ferry_harness.check.model import _hidden\n"
+                                "from ferry_harness.check import model as m\n"
                                 "x = m._secret\n"),
         "harness/stray.py": "",
         "scenarios/__init__.py": "",
@@ -230,14 +232,14 @@ def test_each_rule_fires_on_a_tree_that_breaks_it(tmp_path: Path) -> None:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     edges = _edges(tmp_path)
-    assert _unlayered(tmp_path) == ["harness.stray"]
-    assert _upward(edges) == ["harness.check.model:2 imports harness.cli.main "
-                              "(harness.check may not depend on harness.cli)"]
+    assert _unlayered(tmp_path) == ["ferry_harness.stray"]
+    assert _upward(edges) == ["ferry_harness.check.model:2 imports ferry_harness.cli.main "
+                              "(ferry_harness.check may not depend on ferry_harness.cli)"]
     assert _cycle(edges)[0] == _cycle(edges)[-1]
-    assert set(_cycle(edges)) == {"harness.check.model", "harness.cli.main"}
-    assert _private_names(edges) == ["harness.cli.main:1 imports _hidden from harness.check.model"]
-    assert _private_attributes(tmp_path) == ["harness.cli.main:3 uses harness.check.model._secret"]
-    assert _silent_lazy(edges) == ["harness.check.model:2 imports harness.cli.main inside a "
+    assert set(_cycle(edges)) == {"ferry_harness.check.model", "ferry_harness.cli.main"}
+    assert _private_names(edges) == ["ferry_harness.cli.main:1 imports _hidden from ferry_harness.check.model"]
+    assert _private_attributes(tmp_path) == ["ferry_harness.cli.main:3 uses ferry_harness.check.model._secret"]
+    assert _silent_lazy(edges) == ["ferry_harness.check.model:2 imports ferry_harness.cli.main inside a "
                                    "function without a reason"]
 
 
@@ -248,10 +250,10 @@ IO_MODULES = frozenset({"os", "sys", "io", "pathlib", "shutil", "tempfile", "sub
 
 
 def _impure(root: Path = ROOT) -> list[str]:
-    """What in ``harness.check`` touches the world: an I/O module, ``open()``, ferry_core."""
+    """What in ``ferry_harness.check`` touches the world: an I/O module, ``open()``, ferry_core."""
     found = []
     for name, path in _modules(root).items():
-        if _layer(name) != "harness.check":
+        if _layer(name) != "ferry_harness.check":
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
@@ -279,6 +281,6 @@ def test_purity_fires_on_io(tmp_path: Path) -> None:
     (tmp_path / "harness" / "check" / "__init__.py").write_text("")
     (tmp_path / "harness" / "check" / "m.py").write_text(
         "import os\nfrom ferry_core import errors\n\ndef f():\n    return open('x')\n")
-    assert _impure(tmp_path) == ["harness.check.m:1 imports os",
-                                 "harness.check.m:2 imports ferry_core",
-                                 "harness.check.m:5 calls open()"]
+    assert _impure(tmp_path) == ["ferry_harness.check.m:1 imports os",
+                                 "ferry_harness.check.m:2 imports ferry_core",
+                                 "ferry_harness.check.m:5 calls open()"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.run.campaign import Campaign, CampaignConfig
+from ferry_harness.run.campaign import Campaign, CampaignConfig
 from tests.matrix import CORRECT
 
 

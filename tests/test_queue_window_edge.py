@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.run.campaign import CampaignConfig, Runner
-from harness.run.steps import Dispatch, RaceClaim
+from ferry_harness.run.campaign import CampaignConfig, Runner
+from ferry_harness.run.steps import Dispatch, RaceClaim
 
 
 def _claim_at_edge(target: str, window: int) -> tuple[list, list]:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli.main import main
-from harness.tools.new_target import render
+from ferry_harness.cli.main import main
+from ferry_harness.tools.new_target import render
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -103,7 +103,7 @@ def test_new_target_writes_two_files_and_never_overwrites(tmp_path, capsys):
     assert store.read_text() == "# mine\n"  # untouched
 
 
-@pytest.mark.parametrize("name", ["my-store", "class", "harness", "1store"])
+@pytest.mark.parametrize("name", ["my-store", "class", "ferry_harness", "1store"])
 def test_new_target_refuses_a_bad_name(tmp_path, capsys, name):
     assert main(["new-target", name, "--dir", str(tmp_path)]) == 2
     assert "cannot be the module name" in capsys.readouterr().err

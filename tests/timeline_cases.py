@@ -1,5 +1,5 @@
 """Hand-built counter-examples for the timeline tests: histories and the report dicts that
-``harness.run.campaign`` would write for them (deterministic, no processes).
+``ferry_harness.run.campaign`` would write for them (deterministic, no processes).
 
 Each case carries a store string holding ``<script>`` somewhere (an agent name, a payload,
 an error message) so the tests can check that it stays inert.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from harness.check.history import FAIL, INFO, OK, Op
+from ferry_harness.check.history import FAIL, INFO, OK, Op
 
 T = 1_000_000  # the harness clock's start (ms)
 EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'

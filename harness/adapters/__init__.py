@@ -2,12 +2,12 @@
 
 One module per library; each exposes ``make_store(path, *, clock)`` and is a fuzz target::
 
-    ferry-harness fuzz --target harness.adapters.persist_queue:make_store --budget 60
+    ferry-harness fuzz --target ferry_harness.adapters.persist_queue:make_store --budget 60
 
 An adapter maps only what the library really has. Its store declares
 
 - ``ferry_capabilities``: the protocol operations it supports, plus the features of
-  :data:`harness.check.ops.FEATURES` the library implements (lease on the harness clock, queue
+  :data:`ferry_harness.check.ops.FEATURES` the library implements (lease on the harness clock, queue
   TTL, targeted tasks, stored results, limits, typed refusals) and ``dag`` if it has
   dependencies; the model holds the library to those and nothing else;
 - ``ferry_skips``: ``{invariant: why}`` for the checks that cannot be made on it.

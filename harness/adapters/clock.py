@@ -124,7 +124,7 @@ def _original(value: Any) -> Any:
 
 def _fake_time_module(lc: LibraryClock) -> types.ModuleType:
     """A ``time`` module whose clock reads are the harness clock; the rest is real."""
-    fake = types.ModuleType("time", "time, on the harness clock (harness.adapters.clock)")
+    fake = types.ModuleType("time", "time, on the harness clock (ferry_harness.adapters.clock)")
     fake.__dict__.update({k: v for k, v in vars(_time).items() if not k.startswith("__")})
     seconds = lc.time
     fake.time = fake.monotonic = fake.perf_counter = seconds
@@ -183,7 +183,7 @@ def _fake_date_class(lc: LibraryClock) -> type:
 
 
 def _fake_datetime_module(lc: LibraryClock) -> types.ModuleType:
-    fake = types.ModuleType("datetime", "datetime, on the harness clock (harness.adapters.clock)")
+    fake = types.ModuleType("datetime", "datetime, on the harness clock (ferry_harness.adapters.clock)")
     fake.__dict__.update({k: v for k, v in vars(_dt).items() if not k.startswith("__")})
     fake.datetime = _fake_datetime_class(lc)
     fake.date = _fake_date_class(lc)

@@ -27,7 +27,7 @@ The library, as it is:
   is a queue window, not a lease; it is driven on the harness clock only by
   :func:`make_expiring_store` (below), where the task's ``expires`` is the dispatch's
   ``queue_ttl_ms``. Both modules' ``utcnow`` and ``datetime`` names are moved onto the
-  harness clock with :func:`harness.adapters.clock.patch_library_clock`, as an integer
+  harness clock with :func:`ferry_harness.adapters.clock.patch_library_clock`, as an integer
   millisecond ``datetime`` (no float rounding: ``EPOCH + timedelta(milliseconds=ms)``);
   ``time.monotonic`` stays real (huey times blocking result waits with it).
 
@@ -87,7 +87,7 @@ def patch_huey_clock(clock: Callable[[], int]) -> ClockPatch:
     huey binds ``utcnow`` by name in ``huey.utils`` (``normalize_time``, used to resolve
     ``expires``) and in ``huey.api`` (``Huey._get_timestamp``), and reads
     ``datetime.datetime.now`` through the ``datetime`` module name of both when not in UTC
-    mode; those names are replaced (see :mod:`harness.adapters.clock`).
+    mode; those names are replaced (see :mod:`ferry_harness.adapters.clock`).
     """
     return patch_library_clock([huey.utils, huey.api], clock, only=("utcnow", "datetime"))
 

@@ -1,8 +1,8 @@
 """The facts an op carries for the checker, beyond what it asked and got: one frozen
 dataclass per fact, one codec.
 
-The fault runner (:mod:`harness.run.faults`) and the crash campaign
-(:mod:`harness.tools.crash`) mark ops with what they know — a probe of an orphan, a
+The fault runner (:mod:`ferry_harness.run.faults`) and the crash campaign
+(:mod:`ferry_harness.tools.crash`) mark ops with what they know — a probe of an orphan, a
 zombie's call, a kill, a rescue, a read-back — and the invariants read the marks back.
 :func:`mark` puts a fact on an op, :func:`fact` reads one; nothing else touches these
 keys of ``Op.extra``. In ``history.jsonl`` a fact is a JSON object (or, for the one-value
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
-from harness.check.history import Op
+from ferry_harness.check.history import Op
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,13 +1,13 @@
 """The invariants of PROTOCOL.md#invariants, checked on a history, each under its stable id.
 
 :class:`Checker` is a composition (Jepsen's ``compose``) over a named list of
-:class:`~harness.check.invariant.Invariant` checks sharing one incremental
-:class:`~harness.check.runstate.RunState`. ``fuzz`` (and ``ferry-harness check``, the
+:class:`~ferry_harness.check.invariant.Invariant` checks sharing one incremental
+:class:`~ferry_harness.check.runstate.RunState`. ``fuzz`` (and ``ferry-harness check``, the
 scenarios, the recorder) use :func:`fuzz_invariants`: most rules are checked through the
 model (linearizability per task and per lock, the failing step classified by the rule it
 breaks); the rest need a global view of the history: tokens across tasks, dependencies
 across tasks, and the WAL measurements the executor attaches to ops as ``extra``. The crash
-campaign composes its own checks with these (:func:`harness.check.invariants.crash_audit.crash_invariants`).
+campaign composes its own checks with these (:func:`ferry_harness.check.invariants.crash_audit.crash_invariants`).
 
 This module is the check layer's front door: it also exports the vocabulary the layers
 above read (:class:`Violation`, :data:`INVARIANTS`, :func:`invariant_status`,
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from harness.check.history import History, Op
-from harness.check.invariant import (
+from ferry_harness.check.history import History, Op
+from ferry_harness.check.invariant import (
     GENERIC,
     INVARIANTS,
     NEEDS,
@@ -32,18 +32,22 @@ from harness.check.invariant import (
     rank,
     refusals,
 )
-from harness.check.invariants.dag import DependenciesFirst, FailureCascades
-from harness.check.invariants.faults import FaultProbes
-from harness.check.invariants.holders import TokensIssuedOnce, TokensNeverShown, TwoLiveHolders
-from harness.check.invariants.linearizable import PerObjectSearch
-from harness.check.invariants.liveness import Liveness
-from harness.check.invariants.lost import InspectShowsAll, ReadyNotRefused
-from harness.check.invariants.typed import TypedErrors
-from harness.check.invariants.wal import WalRules
-from harness.check.model import ModelConfig, bad_arguments
-from harness.check.ops import FEATURES, PROTOCOL
-from harness.check.runstate import HOSTILE_OPS, RunState
-from harness.errors import HarnessError
+from ferry_harness.check.invariants.dag import DependenciesFirst, FailureCascades
+from ferry_harness.check.invariants.faults import FaultProbes
+from ferry_harness.check.invariants.holders import (
+    TokensIssuedOnce,
+    TokensNeverShown,
+    TwoLiveHolders,
+)
+from ferry_harness.check.invariants.linearizable import PerObjectSearch
+from ferry_harness.check.invariants.liveness import Liveness
+from ferry_harness.check.invariants.lost import InspectShowsAll, ReadyNotRefused
+from ferry_harness.check.invariants.typed import TypedErrors
+from ferry_harness.check.invariants.wal import WalRules
+from ferry_harness.check.model import ModelConfig, bad_arguments
+from ferry_harness.check.ops import FEATURES, PROTOCOL
+from ferry_harness.check.runstate import HOSTILE_OPS, RunState
+from ferry_harness.errors import HarnessError
 
 __all__ = ["GENERIC", "INVARIANTS", "NEEDS", "ROBUSTNESS", "Checker", "Invariant", "Violation",
            "first_fact_first", "full_capabilities", "fuzz_invariants", "invariant_kind",
@@ -70,7 +74,7 @@ class Checker:
 
     ``invariants`` (default :func:`fuzz_invariants`) are run in list order. One that raises
     is a bug of the harness, not a finding: :meth:`check` raises
-    :class:`harness.errors.HarnessError` naming it (exit code 2), never a silent pass.
+    :class:`ferry_harness.errors.HarnessError` naming it (exit code 2), never a silent pass.
     """
 
     def __init__(self, cfg: ModelConfig | None = None, *, wal_bound_bytes: int = 64 << 20,

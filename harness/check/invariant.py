@@ -1,9 +1,9 @@
 """What an invariant is: its ids (PROTOCOL.md#invariants), what it needs from the target,
 the :class:`Violation` it reports, and the :class:`Invariant` protocol every check follows.
 
-A check is a small object with one concept; :class:`harness.check.checker.Checker` composes
+A check is a small object with one concept; :class:`ferry_harness.check.checker.Checker` composes
 a named list of them (Jepsen's ``compose``) over one incremental
-:class:`harness.check.runstate.RunState`. Helpers here are shared by several checks.
+:class:`ferry_harness.check.runstate.RunState`. Helpers here are shared by several checks.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from harness.check.history import CUT_SHORT, FAIL, OK, History, Op
-from harness.check.rules import anchor_for
+from ferry_harness.check.history import CUT_SHORT, FAIL, OK, History, Op
+from ferry_harness.check.rules import anchor_for
 
 if TYPE_CHECKING:  # the run state imports this module's helpers: types only
-    from harness.check.runstate import RunState
+    from ferry_harness.check.runstate import RunState
 
 INVARIANTS: dict[str, str] = {
     "single-winner": "a task is never held by two claims at once",
@@ -38,8 +38,8 @@ INVARIANTS: dict[str, str] = {
                 "(ferry's addition)",
 }
 
-# What each invariant needs from the target (operation names from harness.check.ops.PROTOCOL,
-# features from harness.check.ops.FEATURES, "dag", and "wal-file" when the -wal file exists).
+# What each invariant needs from the target (operation names from ferry_harness.check.ops.PROTOCOL,
+# features from ferry_harness.check.ops.FEATURES, "dag", and "wal-file" when the -wal file exists).
 # "a|b": either will do (the executor races poll_next when a target cannot claim by id).
 NEEDS: dict[str, tuple[str, ...]] = {
     "single-winner": ("dispatch", "claim|poll_next"),
@@ -128,13 +128,13 @@ class Violation:
 
 
 class Invariant(Protocol):
-    """One check of the composed :class:`~harness.check.checker.Checker`.
+    """One check of the composed :class:`~ferry_harness.check.checker.Checker`.
 
     ``check`` is called after every step with the run state (indexes over every op seen so
     far, already updated with the fresh ones) and the fresh ops, and returns what those ops
     make visible: never a finding about an op it was not handed, so an incremental check
     reports each violation once. It must not raise: the Checker turns an exception into a
-    :class:`harness.errors.HarnessError` naming the check (``name``).
+    :class:`ferry_harness.errors.HarnessError` naming the check (``name``).
     """
 
     name: ClassVar[str]  # how the Checker's list and its harness errors name this check

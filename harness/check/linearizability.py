@@ -32,8 +32,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.check.history import INFO, LOCK_OPS, OK, Op
-from harness.check.model import ModelConfig, TaskState, Verdict, holds_value, step_lock, step_task
+from ferry_harness.check.history import INFO, LOCK_OPS, OK, Op
+from ferry_harness.check.model import (
+    ModelConfig,
+    TaskState,
+    Verdict,
+    holds_value,
+    step_lock,
+    step_task,
+)
 
 Step = Callable[[Any, Op], Verdict]
 # (state, op) -> True when no extension of ``state`` can ever make ``op`` legal

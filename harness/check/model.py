@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.check.history import FAIL, INFO, OK, Op
+from ferry_harness.check.history import FAIL, INFO, OK, Op
 
 # The task states of PROTOCOL.md: the model's own words (the check layer takes nothing from
 # the reference store it judges).
@@ -54,15 +54,15 @@ class ModelConfig:
     max_extends: int = 5
     max_releases: int = 3
     strict_tokens: bool = True
-    # SPEC behaviours a target may lack (harness.check.ops.FEATURES); a full SPEC store has all.
+    # SPEC behaviours a target may lack (ferry_harness.check.ops.FEATURES); a full SPEC store has all.
     leases: bool = True  # "lease": claims expire at claimed_at + exec_ttl_ms (harness clock)
     queue_ttl: bool = True  # "queue-ttl": waiting tasks time out after queue_ttl_ms
     results: bool = True  # "results": get shows the accepted result
     limits: bool = True  # "limits": max_releases / max_extends / the extend cap
     typed_refusals: bool = True  # "typed-refusals": the refusal class names a failed guard
-    # Stricter choices than SPEC (harness.check.ops.STRICT_CHOICES): checked only when declared.
+    # Stricter choices than SPEC (ferry_harness.check.ops.STRICT_CHOICES): checked only when declared.
     holder_binding: bool = False  # "holder-binding": another agent is refused, even with the token
-    # Lease conventions (harness.check.ops.CONVENTIONS): declared by queues that differ from SPEC.
+    # Lease conventions (ferry_harness.check.ops.CONVENTIONS): declared by queues that differ from SPEC.
     lease_closed: bool = False  # "lease-closed": the holder still wins at expires
     lease_at_claim: bool = False  # "lease-at-claim": the claim decides the lease length
     refusal_order: bool = False  # "refusal-order": the FIRST failing check of PROTOCOL.md#the-holder-guard names it

@@ -2,7 +2,7 @@
 queue may lack, the stricter choices and lease conventions a store may declare.
 
 Pure vocabulary shared by the model and the checker; running an operation on a live store
-is :mod:`harness.runtime.calls`.
+is :mod:`ferry_harness.runtime.calls`.
 """
 
 from __future__ import annotations

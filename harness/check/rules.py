@@ -1,7 +1,7 @@
 """Every rule that can file a finding, traced to the PROTOCOL.md sentence it enforces.
 
 A *rule* is one place in ``harness/check/`` that binds an invariant id to a message (a
-:class:`~harness.check.invariant.Violation`, a model verdict, a helper that builds one).
+:class:`~ferry_harness.check.invariant.Violation`, a model verdict, a helper that builds one).
 Each row names the module, the invariant id, a literal *fragment* of the message that
 identifies the rule, the PROTOCOL.md section (its GitHub anchor) and a sentence of that
 section, quoted as written (Markdown emphasis, code marks and link targets left out).

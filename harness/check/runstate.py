@@ -2,7 +2,7 @@
 
 Indexes over the ops seen so far (claims, tokens, dispatches, fulfils, sweeps…), each
 updated in O(1) per op, and every object's linearizability search (its closed prefix and
-frontier). Every :class:`harness.check.invariant.Invariant` reads it; only :meth:`RunState.ingest`
+frontier). Every :class:`ferry_harness.check.invariant.Invariant` reads it; only :meth:`RunState.ingest`
 writes it, so invariants stay independent of one another.
 """
 
@@ -15,10 +15,10 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable
 from typing import Any
 
-from harness.check.history import FAIL, INFO, OK, History, Op
-from harness.check.invariant import hashable
-from harness.check.linearizability import PartitionSearch, partition_key, task_search
-from harness.check.model import ModelConfig, bad_arguments
+from ferry_harness.check.history import FAIL, INFO, OK, History, Op
+from ferry_harness.check.invariant import hashable
+from ferry_harness.check.linearizability import PartitionSearch, partition_key, task_search
+from ferry_harness.check.model import ModelConfig, bad_arguments
 
 READS = frozenset({"get", "inspect", "salvaged", "lock_holder"})
 # ops whose arguments the generator may make hostile (wrong types, huge numbers, non-JSON)

@@ -1,4 +1,4 @@
-"""``ferry-harness bench``: the command line of :mod:`harness.tools.bench` (flags, their
+"""``ferry-harness bench``: the command line of :mod:`ferry_harness.tools.bench` (flags, their
 validation, the progress display, the printed summary and the exit code)."""
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from typing import Any
 
 from ferry_core.busy import POLICIES
 from ferry_core.store import STRATEGIES
-from harness.errors import ExitCode
-from harness.runtime.target import add_target_option
-from harness.tools.bench.ceiling import same_sql_line
-from harness.tools.bench.matrix import (
+from ferry_harness.errors import ExitCode
+from ferry_harness.runtime.target import add_target_option
+from ferry_harness.tools.bench.ceiling import same_sql_line
+from ferry_harness.tools.bench.matrix import (
     DEFAULT_POLICIES,
     DEFAULT_TASKS,
     DEFAULT_WORKERS,
     run_bench,
 )
-from harness.tools.bench.report import compare_table, summary_table, write_report
-from harness.tools.bench.targets import (
+from ferry_harness.tools.bench.report import compare_table, summary_table, write_report
+from ferry_harness.tools.bench.targets import (
     BenchUsageError,
     ferry_core_only,
     resolve_target,
@@ -239,7 +239,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
-    """Add the ``bench`` subcommand to ``ferry-harness`` (see harness.cli.main)."""
+    """Add the ``bench`` subcommand to ``ferry-harness`` (see ferry_harness.cli.main)."""
     p = sub.add_parser(
         "bench", help="measure claim throughput, tail latency and fairness under contention",
         description="W worker processes start at one barrier and drain N pre-dispatched tasks "

@@ -1,8 +1,8 @@
 """``ferry-harness check HISTORY.jsonl``: judge a recorded history offline.
 
 The history may come from a fuzz or crash report directory (``history.jsonl``) or from a
-user's own integration test (:mod:`harness.tools.recorder`). It is checked with the same
-invariants as ``fuzz`` (:func:`harness.check.checker.judge_history`), and with
+user's own integration test (:mod:`ferry_harness.tools.recorder`). It is checked with the same
+invariants as ``fuzz`` (:func:`ferry_harness.check.checker.judge_history`), and with
 ``--report-dir`` a report is written in the format of ``fuzz`` (report.json, report.md,
 history.jsonl, timeline.html), as Knossos and Elle do for Jepsen histories.
 
@@ -19,17 +19,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.check.checker import full_capabilities, invariant_status, judge_history, refusals
-from harness.check.history import History
-from harness.errors import ExitCode
-from harness.report.paths import write_report_dir
-from harness.report.schema import (
+from ferry_harness.check.checker import full_capabilities, invariant_status, judge_history, refusals
+from ferry_harness.check.history import History
+from ferry_harness.errors import ExitCode
+from ferry_harness.report.paths import write_report_dir
+from ferry_harness.report.schema import (
     CheckStats,
     Provenance,
     Report,
     violation_entry,
 )
-from harness.runtime.provenance import provenance
+from ferry_harness.runtime.provenance import provenance
 
 
 def _capabilities_for(path: Path, option: str | None) -> tuple[set[str], str]:
@@ -69,7 +69,7 @@ def register(sub: Any) -> dict[str, Any]:
     p = sub.add_parser(
         "check", help="check a recorded history (history.jsonl) offline",
         description="Check a recorded history — a fuzz or crash report's history.jsonl, or "
-        "one written by harness.tools.recorder from your own integration test — against every "
+        "one written by ferry_harness.tools.recorder from your own integration test — against every "
         "invariant (PROTOCOL.md#invariants), as fuzz does after each step.",
         epilog="Exit codes: 0 no violation, 1 violation found, 2 usage or harness error, "
         "3 undecided (search budget exhausted).")

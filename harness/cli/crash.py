@@ -7,11 +7,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from harness.cli.args import fraction, positive_int, random_seed, seed
-from harness.errors import ExitCode
-from harness.report.paths import check_report_dir
-from harness.runtime.target import add_target_option, load_factory
-from harness.tools.crash import Crash, CrashConfig, Tally, summary_lines, write_report
+from ferry_harness.cli.args import fraction, positive_int, random_seed, seed
+from ferry_harness.errors import ExitCode
+from ferry_harness.report.paths import check_report_dir
+from ferry_harness.runtime.target import add_target_option, load_factory
+from ferry_harness.tools.crash import Crash, CrashConfig, Tally, summary_lines, write_report
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:

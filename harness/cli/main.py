@@ -1,6 +1,6 @@
 """``ferry-harness``: fuzz a leasing store, replay a failure, and more.
 
-Exit codes: :class:`harness.errors.ExitCode` (0 no violation, 1 violation found or
+Exit codes: :class:`ferry_harness.errors.ExitCode` (0 no violation, 1 violation found or
 reproduced, 2 usage or harness error, 3 nothing decided, 130 interrupted).
 """
 
@@ -16,16 +16,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.cli import bench, check, crash, new_target, protocol, scenario
-from harness.cli.args import positive_int, positive_seconds, random_seed, seed, size
-from harness.errors import EXIT_CODES_HELP, ExitCode, FerryError, TargetError
-from harness.report.paths import LATEST, check_report_dir, make_run_dir, run_dir_name
-from harness.report.protocol import read_hint
-from harness.report.schema import said_reproduced
-from harness.report.story import database_note, exit_reason, headline
-from harness.run.nemesis import FAULTS
-from harness.runtime.provenance import provenance
-from harness.runtime.target import add_import_root, add_target_option, load_factory
+from ferry_harness.cli import bench, check, crash, new_target, protocol, scenario
+from ferry_harness.cli.args import positive_int, positive_seconds, random_seed, seed, size
+from ferry_harness.errors import EXIT_CODES_HELP, ExitCode, FerryError, TargetError
+from ferry_harness.report.paths import LATEST, check_report_dir, make_run_dir, run_dir_name
+from ferry_harness.report.protocol import read_hint
+from ferry_harness.report.schema import said_reproduced
+from ferry_harness.report.story import database_note, exit_reason, headline
+from ferry_harness.run.nemesis import FAULTS
+from ferry_harness.runtime.provenance import provenance
+from ferry_harness.runtime.target import add_import_root, add_target_option, load_factory
 
 
 def _faults(text: str) -> tuple[str, ...]:
@@ -175,14 +175,14 @@ def _progress_printer(quiet: bool):
 def _example_db(option: str | None, report_dir: str) -> Any:
     """The example database a ``--example-db`` spec names (harness/run/example_db.py)."""
     # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
-    from harness.run.example_db import ENV_VAR, open_example_db
+    from ferry_harness.run.example_db import ENV_VAR, open_example_db
 
     return open_example_db(option or os.environ.get(ENV_VAR), os.path.join(report_dir, "examples"))
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
     # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
-    from harness.run.campaign import Campaign, CampaignConfig, write_report
+    from ferry_harness.run.campaign import Campaign, CampaignConfig, write_report
 
     load_factory(args.target)
     run_seed = args.seed if args.seed is not None else random_seed()
@@ -279,15 +279,15 @@ def _first_ctrl_c_stops(campaign: Any) -> Any:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
-    from harness.check.checker import Violation
-    from harness.check.history import History
-    from harness.run.campaign import CampaignConfig, Failure, Runner, replay_count
-    from harness.run.steps import step_from_json
+    from ferry_harness.check.checker import Violation
+    from ferry_harness.check.history import History
+    from ferry_harness.run.campaign import CampaignConfig, Failure, Runner, replay_count
+    from ferry_harness.run.steps import step_from_json
 
     path = Path(args.report_dir) / "report.json"
     if not path.exists() and (Path(args.report_dir) / "crash.json").exists():
         # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
-        from harness.tools.crash import (
+        from ferry_harness.tools.crash import (
             replay_crash,  # a crash campaign: rerun it (see harness/tools/crash.py)
         )
 
@@ -337,8 +337,8 @@ def _subcommands(sub: Any) -> dict[str, Any]:
 def _replay_scenario(report: dict[str, Any], target: str, tries: int) -> int:
     """A scenario report replays by running the scenario again, ``tries`` times."""
     # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
-    from harness.cli.scenario import run_scenarios
-    from scenarios import SCENARIOS
+    from ferry_harness.cli.scenario import run_scenarios
+    from ferry_scenarios import SCENARIOS
 
     name = report["scenario"]["name"]
     if name not in SCENARIOS:

@@ -1,4 +1,4 @@
-"""``ferry-harness new-target``: the command line of :mod:`harness.tools.new_target`."""
+"""``ferry-harness new-target``: the command line of :mod:`ferry_harness.tools.new_target`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.errors import EXIT_CODES_HELP, ExitCode
-from harness.tools.new_target import RESERVED, render
+from ferry_harness.errors import EXIT_CODES_HELP, ExitCode
+from ferry_harness.tools.new_target import RESERVED, render
 
 
 def register(sub: Any) -> dict[str, Any]:

@@ -10,8 +10,8 @@ import argparse
 import sys
 from typing import Any
 
-from harness.errors import ExitCode
-from harness.report.protocol import close_matches, protocol_text, section
+from ferry_harness.errors import ExitCode
+from ferry_harness.report.protocol import close_matches, protocol_text, section
 
 
 def register(sub: Any) -> dict[str, Any]:

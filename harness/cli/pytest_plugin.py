@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from harness.check.rules import anchor_for
-from harness.run import profiles
+from ferry_harness.check.rules import anchor_for
+from ferry_harness.run import profiles
 
 DEFAULT_REPORT_DIR = "ferry-reports"
 DEFAULT_WORKERS = 4
@@ -59,7 +59,7 @@ _OPTIONS: dict[str, tuple[str, str]] = {
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     # lazy: this plugin loads in every pytest session; the harness only when used
-    from harness.run.example_db import ENV_VAR, SPEC_HELP
+    from ferry_harness.run.example_db import ENV_VAR, SPEC_HELP
 
     group = parser.getgroup("ferry", "ferry: concurrency gate for SQLite-WAL leasing stores")
     metavars = {"target": "MODULE:FACTORY", "budget": "SECONDS", "workers": "N",
@@ -119,7 +119,7 @@ def _parse_settings(config: pytest.Config) -> Settings:
     import argparse
 
     # lazy: this plugin loads in every pytest session; the harness only when used
-    from harness.cli.args import positive_int, positive_seconds, random_seed, seed
+    from ferry_harness.cli.args import positive_int, positive_seconds, random_seed, seed
 
     def conv(name: str, fn: Callable[[str], Any]) -> Any:
         text, where = _raw(config, name)
@@ -156,8 +156,8 @@ def _parse_settings(config: pytest.Config) -> Settings:
     target = conv("target", str)
     if target is not None:
         # lazy: this plugin loads in every pytest session; the harness only when used
-        from harness.errors import TargetError
-        from harness.runtime.target import load_factory
+        from ferry_harness.errors import TargetError
+        from ferry_harness.runtime.target import load_factory
 
         try:
             load_factory(target)
@@ -181,7 +181,7 @@ def _run_name(config: pytest.Config) -> str:
         given = getattr(config, "workerinput", {}).get("ferry_run_name")
         if not given:
             # lazy: this plugin loads in every pytest session; the harness only when used
-            from harness.report.paths import run_dir_name
+            from ferry_harness.report.paths import run_dir_name
 
             given = run_dir_name(settings_of(config).seed)
         config.stash[_RUN_NAME] = given
@@ -196,7 +196,7 @@ def _report_root(config: pytest.Config) -> Path:
     if st.report_dir:
         return Path(st.report_dir)
     # lazy: this plugin loads in every pytest session; the harness only when used
-    from harness.report.paths import make_run_dir
+    from ferry_harness.report.paths import make_run_dir
 
     root = make_run_dir(config.rootpath / DEFAULT_REPORT_DIR, _run_name(config))
     if hasattr(config, "workerinput"):  # xdist: every worker writes under its own root
@@ -289,8 +289,8 @@ class FerryItem(pytest.Item):
 
     def runtest(self) -> None:
         # lazy: this plugin loads in every pytest session; the harness only when used
-        from harness.errors import TargetError
-        from harness.runtime.target import load_factory
+        from ferry_harness.errors import TargetError
+        from ferry_harness.runtime.target import load_factory
 
         try:
             load_factory(self._target)
@@ -300,7 +300,7 @@ class FerryItem(pytest.Item):
         if hung is not None:  # every further run would only wait out the same hang
             raise FerryViolation("liveness", f"not run: the target hung in {hung} (see that "
                                  "item's report); a hanging target fails the whole gate", None)
-        from harness.errors import FerryError  # lazy: as above
+        from ferry_harness.errors import FerryError  # lazy: as above
 
         try:
             if self.kind == "scenario":
@@ -316,8 +316,8 @@ class FerryItem(pytest.Item):
 
     def _run_scenario(self) -> None:
         # lazy: this plugin loads in every pytest session; the harness only when used
-        from harness.cli.scenario import run_scenarios, write_scenario_report
-        from scenarios import SCENARIOS
+        from ferry_harness.cli.scenario import run_scenarios, write_scenario_report
+        from ferry_scenarios import SCENARIOS
 
         scenario = SCENARIOS[self.scenario]
         [result], _secs = run_scenarios([scenario], self._target, self._workers)
@@ -335,8 +335,8 @@ class FerryItem(pytest.Item):
 
     def _run_fuzz(self) -> None:
         # lazy: this plugin loads in every pytest session; the harness only when used
-        from harness.report.story import gate_message
-        from harness.run.campaign import Campaign, CampaignConfig, write_report
+        from ferry_harness.report.story import gate_message
+        from ferry_harness.run.campaign import Campaign, CampaignConfig, write_report
 
         st = settings_of(self.config)
         defaults = profiles.campaign_defaults()
@@ -410,8 +410,8 @@ def _database(config: pytest.Config, report_dir: Path, explicit: bool) -> Any:
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     # lazy: this plugin loads in every pytest session; the harness only when used
-    from harness.errors import ExampleDbError
-    from harness.run.example_db import ENV_VAR, open_example_db
+    from ferry_harness.errors import ExampleDbError
+    from ferry_harness.run.example_db import ENV_VAR, open_example_db
 
     spec = settings_of(config).example_db or os.environ.get(ENV_VAR)
     default = str(report_dir / "examples" if explicit
@@ -455,7 +455,7 @@ class FerryCollector(pytest.Collector):
         self._check_gate()
         if self.gate.scenarios and not settings_of(self.config).no_scenarios:
             # lazy: this plugin loads in every pytest session; the harness only when used
-            from scenarios import SCENARIOS
+            from ferry_scenarios import SCENARIOS
 
             for name in SCENARIOS:
                 items.append(FerryItem.from_parent(self, name=f"scenario/{name}",
@@ -470,9 +470,9 @@ class FerryCollector(pytest.Collector):
         import argparse
 
         # lazy: this plugin loads in every pytest session; the harness only when used
-        from harness.cli.args import positive_int, positive_seconds
-        from harness.errors import TargetError
-        from harness.runtime.target import load_factory
+        from ferry_harness.cli.args import positive_int, positive_seconds
+        from ferry_harness.errors import TargetError
+        from ferry_harness.runtime.target import load_factory
 
         g = self.gate
         try:
@@ -512,7 +512,7 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
 def ferry_clock() -> Any:
     """A shared millisecond clock (stop time; set it to a lease's exact boundary)."""
     # lazy: this plugin loads in every pytest session; the harness only when used
-    from harness.runtime.clock import SharedClock
+    from ferry_harness.runtime.clock import SharedClock
 
     return SharedClock()
 
@@ -521,7 +521,7 @@ def ferry_clock() -> Any:
 def ferry_history() -> Any:
     """An empty history that ``ferry_race`` appends to and ``ferry_check`` judges."""
     # lazy: this plugin loads in every pytest session; the harness only when used
-    from harness.check.history import History
+    from ferry_harness.check.history import History
 
     return History()
 
@@ -535,8 +535,8 @@ def ferry_workers(request: pytest.FixtureRequest, tmp_path: Path, ferry_clock: A
     (default 4). Every worker is stopped after.
     """
     # lazy: this plugin loads in every pytest session; the harness only when used
-    from harness.runtime.client import WorkerPool
-    from harness.runtime.target import DEFAULT_TARGET
+    from ferry_harness.runtime.client import WorkerPool
+    from ferry_harness.runtime.target import DEFAULT_TARGET
 
     marker = request.node.get_closest_marker("ferry_target")
     st = settings_of(request.config)
@@ -555,7 +555,7 @@ def ferry_race(ferry_workers: Any, ferry_history: Any) -> Callable[..., list[Any
     ``ferry_history``.
     """
     # lazy: this plugin loads in every pytest session; the harness only when used
-    from harness.runtime.client import PlannedCall
+    from ferry_harness.runtime.client import PlannedCall
 
     def race(op: str, args: list[dict[str, Any]] | dict[str, Any] | None = None, *,
              agents: list[str] | None = None, k: int | None = None) -> list[Any]:
@@ -574,12 +574,12 @@ def ferry_race(ferry_workers: Any, ferry_history: Any) -> Callable[..., list[Any
 def ferry_check() -> Callable[..., list[Any]]:
     """``ferry_check(history, strict=True, capabilities=None)``: run every checker on a
     history (a ``History``, or the path of a ``history.jsonl`` — from a report, ``crash``
-    or ``harness.tools.recorder``); raise on a violation or an undecided object (``strict``) or
+    or ``ferry_harness.tools.recorder``); raise on a violation or an undecided object (``strict``) or
     return the violations. ``capabilities`` holds a partial target to what it has (default:
     a full protocol store)."""
     # lazy: this plugin loads in every pytest session; the harness only when used
-    from harness.check.checker import judge_history
-    from harness.check.history import History
+    from ferry_harness.check.checker import judge_history
+    from ferry_harness.check.history import History
 
     def check(history: Any, *, strict: bool = True, capabilities: Any = None) -> list[Any]:
         if isinstance(history, (str, Path)):
@@ -626,9 +626,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     import tempfile
 
     # lazy: this plugin loads in every pytest session; the harness only when used
-    from harness.errors import FerryError
-    from harness.runtime.client import WorkerPool
-    from harness.runtime.clock import SharedClock
+    from ferry_harness.errors import FerryError
+    from ferry_harness.runtime.client import WorkerPool
+    from ferry_harness.runtime.clock import SharedClock
 
     with tempfile.TemporaryDirectory(prefix="ferry-probe-") as tmp:
         try:
@@ -644,8 +644,8 @@ def _check_example_db(config: pytest.Config) -> None:
     import tempfile
 
     # lazy: this plugin loads in every pytest session; the harness only when used
-    from harness.errors import ExampleDbError
-    from harness.run.example_db import ENV_VAR, open_example_db
+    from ferry_harness.errors import ExampleDbError
+    from ferry_harness.run.example_db import ENV_VAR, open_example_db
 
     text, where = _raw(config, "example_db")
     if text is None and os.environ.get(ENV_VAR):

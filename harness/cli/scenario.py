@@ -5,7 +5,7 @@ a table (scenario, invariant, result, time, explanation); with ``--report-dir`` 
 failing scenario also gets a report directory in the format of ``ferry-harness fuzz``
 (report.json, report.md, history.jsonl, timeline.html), written by the same code.
 
-Exit codes (:class:`harness.errors.ExitCode`): 0 every scenario passed (or was
+Exit codes (:class:`ferry_harness.errors.ExitCode`): 0 every scenario passed (or was
 skipped: the target lacks what it needs), 1 a scenario found a violation, 2 usage or harness
 error, 3 a scenario could not run (its race could not be staged: nothing was decided),
 130 interrupted.
@@ -22,22 +22,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.check.checker import invariant_status, refusals
-from harness.cli.args import positive_int
-from harness.errors import ExitCode
-from harness.report.markdown import fence
-from harness.report.paths import check_report_dir
-from harness.report.schema import (
+from ferry_harness.check.checker import invariant_status, refusals
+from ferry_harness.cli.args import positive_int
+from ferry_harness.errors import ExitCode
+from ferry_harness.report.markdown import fence
+from ferry_harness.report.paths import check_report_dir
+from ferry_harness.report.schema import (
     Provenance,
     Report,
     ScenarioInfo,
     ScenarioStats,
     violation_entry,
 )
-from harness.runtime.client import WorkerPool
-from harness.runtime.clock import SharedClock
-from harness.runtime.provenance import provenance
-from harness.runtime.target import add_target_option, load_factory
+from ferry_harness.runtime.client import WorkerPool
+from ferry_harness.runtime.clock import SharedClock
+from ferry_harness.runtime.provenance import provenance
+from ferry_harness.runtime.target import add_target_option, load_factory
 
 SCENARIO_EXIT_CODES = ("Exit codes: 0 every scenario passed or was skipped, 1 a scenario "
                        "found a violation, 2 usage or harness error, 3 a scenario could not "
@@ -74,7 +74,9 @@ def _console() -> Any:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
-    from scenarios import SCENARIOS  # why: loads harness.run; only this command needs it
+    from ferry_scenarios import (
+        SCENARIOS,  # why: loads ferry_harness.run; only this command needs it
+    )
 
     unknown = [n for n in args.names if n not in SCENARIOS]
     if unknown:
@@ -111,7 +113,9 @@ def exit_code(results: list[Any]) -> int:
 
 def run_scenarios(chosen: list[Any], target: str, workers: int) -> tuple[list[Any], float]:
     """Run scenarios in order on one pool, a fresh database each; (results, seconds)."""
-    from scenarios import ScenarioContext  # why: loads harness.run; only this command needs it
+    from ferry_scenarios import (
+        ScenarioContext,  # why: loads ferry_harness.run; only this command needs it
+    )
 
     t0 = time.perf_counter()
     clock = SharedClock()
@@ -191,7 +195,10 @@ def write_scenario_report(scenario: Any, result: Any, *, target: str, workers: i
         findings=() if result.violations else (result.explanation,),
         script=tuple(result.script),
     )
-    from harness.run.campaign import Outcome, write_report  # why: 0.5 s of imports (hypothesis)
+    from ferry_harness.run.campaign import (  # why: 0.5 s of imports (hypothesis)
+        Outcome,
+        write_report,
+    )
 
     replay = f"ferry-harness scenarios --target {target} --workers {workers} {scenario.name}"
     outcome = Outcome("fail", report, directory, history=result.history)

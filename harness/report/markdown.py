@@ -1,4 +1,4 @@
-"""Render a run's :class:`~harness.report.schema.Report` into a GitHub-flavoured markdown
+"""Render a run's :class:`~ferry_harness.report.schema.Report` into a GitHub-flavoured markdown
 summary.
 
 Pure: :func:`render_markdown` takes the report and returns text; the caller writes the
@@ -11,17 +11,17 @@ import json
 from dataclasses import asdict, fields
 from typing import Any
 
-from harness.check.history import FAIL, OK, Op
-from harness.check.invariant import invariant_kind
-from harness.report.protocol import read_hint
-from harness.report.schema import (
+from ferry_harness.check.history import FAIL, OK, Op
+from ferry_harness.check.invariant import invariant_kind
+from ferry_harness.report.protocol import read_hint
+from ferry_harness.report.schema import (
     FuzzStats,
     Report,
     TraceStatement,
     ViolationReport,
     said_reproduced,
 )
-from harness.report.story import (
+from ferry_harness.report.story import (
     build_story,
     clip,
     culprit_sentence,

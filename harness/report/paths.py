@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.check.history import History
-from harness.errors import ReportDirError
-from harness.report.markdown import render_markdown
-from harness.report.schema import Report, report_to_json
-from harness.report.timeline import render_timeline
+from ferry_harness.check.history import History
+from ferry_harness.errors import ReportDirError
+from ferry_harness.report.markdown import render_markdown
+from ferry_harness.report.schema import Report, report_to_json
+from ferry_harness.report.timeline import render_timeline
 
 __all__ = ["LATEST", "check_report_dir", "json_text", "make_run_dir", "point_latest",
            "run_dir_name", "write_report_dir"]

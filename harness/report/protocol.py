@@ -32,7 +32,7 @@ class Section:
 
 def protocol_text() -> str:
     """The whole PROTOCOL.md shipped with this ferry (``harness/PROTOCOL.md``)."""
-    return resources.files("harness").joinpath("PROTOCOL.md").read_text(encoding="utf-8")
+    return resources.files("ferry_harness").joinpath("PROTOCOL.md").read_text(encoding="utf-8")
 
 
 def slug(heading: str) -> str:

@@ -2,7 +2,7 @@
 
 A fuzz campaign, a named scenario, an offline ``check`` of a recorded history and a crash
 campaign all describe their run with :class:`Report` (``kind`` says which); the renderers
-(:mod:`harness.report.markdown`, :mod:`harness.report.timeline`) read only this type.
+(:mod:`ferry_harness.report.markdown`, :mod:`ferry_harness.report.timeline`) read only this type.
 :func:`report_to_json` writes the ``report.json`` (``crash.json``) users read — its keys
 keep the names and values they always had, and a section a kind does not have is left
 out; :func:`report_from_json` reads one back, tolerating missing keys and wrongly typed
@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from harness.check.history import Op
-from harness.check.invariant import Violation
-from harness.check.rules import anchor_for
+from ferry_harness.check.history import Op
+from ferry_harness.check.invariant import Violation
+from ferry_harness.check.rules import anchor_for
 
 REPORT_KINDS = ("fuzz", "scenario", "check", "crash")
 
@@ -26,7 +26,7 @@ REPORT_KINDS = ("fuzz", "scenario", "check", "crash")
 # --------------------------------------------------------------------------- sections
 @dataclass(frozen=True, kw_only=True)
 class Provenance:
-    """Which ferry wrote the report (:func:`harness.runtime.provenance.provenance`)."""
+    """Which ferry wrote the report (:func:`ferry_harness.runtime.provenance.provenance`)."""
 
     version: str | None = None  # the ferry package version, e.g. "0.1.0"
     commit: str | None = None  # the git commit of the checkout, None for an installed copy

@@ -1,7 +1,7 @@
 """The story a report tells — what broke, on which task or lock, the legal order ferry
 found and the op that cannot follow it — in the words report.md and timeline.html share.
 
-Pure: :func:`build_story` reads a :class:`~harness.report.schema.Report` (and the run's
+Pure: :func:`build_story` reads a :class:`~ferry_harness.report.schema.Report` (and the run's
 history, if at hand) and returns a :class:`Story`; the renderers lay it out.
 """
 
@@ -12,12 +12,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.check.history import FAIL, OK, Op
-from harness.check.invariant import invariant_kind
-from harness.check.linearizability import check_partition, partition
-from harness.check.model import ModelConfig, step_lock, step_task
-from harness.errors import ExitCode
-from harness.report.schema import Report, TraceStatement, ViolationReport, said_reproduced
+from ferry_harness.check.history import FAIL, OK, Op
+from ferry_harness.check.invariant import invariant_kind
+from ferry_harness.check.linearizability import check_partition, partition
+from ferry_harness.check.model import ModelConfig, step_lock, step_task
+from ferry_harness.errors import ExitCode
+from ferry_harness.report.schema import Report, TraceStatement, ViolationReport, said_reproduced
 
 
 # --------------------------------------------------------------------------- the story

@@ -26,11 +26,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.check.checker import INVARIANTS
-from harness.check.history import FAIL, INFO, OK, History, Op
-from harness.errors import ExitCode
-from harness.report.schema import Report, report_from_json
-from harness.report.story import (
+from ferry_harness.check.checker import INVARIANTS
+from ferry_harness.check.history import FAIL, INFO, OK, History, Op
+from ferry_harness.errors import ExitCode
+from ferry_harness.report.schema import Report, report_from_json
+from ferry_harness.report.story import (
     Partition,
     Story,
     build_story,
@@ -311,10 +311,10 @@ def rerender(report_dir: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.report.timeline DIR...``: regenerate each directory's timeline.html."""
+    """``python -m ferry_harness.report.timeline DIR...``: regenerate each directory's timeline.html."""
     dirs = sys.argv[1:] if argv is None else argv
     if not dirs:
-        print("usage: python -m harness.report.timeline REPORT_DIR...", file=sys.stderr)
+        print("usage: python -m ferry_harness.report.timeline REPORT_DIR...", file=sys.stderr)
         return ExitCode.ERROR
     for d in dirs:
         print(rerender(d))

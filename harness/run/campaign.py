@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import get_state_machine_test
 
-from harness.check.checker import (
+from ferry_harness.check.checker import (
     GENERIC,
     ROBUSTNESS,
     Checker,
@@ -38,11 +38,11 @@ from harness.check.checker import (
     invariant_status,
     rank,
 )
-from harness.check.history import FAIL, History
-from harness.check.model import ModelConfig
-from harness.errors import UsageError
-from harness.report.paths import write_report_dir
-from harness.report.schema import (
+from ferry_harness.check.history import FAIL, History
+from ferry_harness.check.model import ModelConfig
+from ferry_harness.errors import UsageError
+from ferry_harness.report.paths import write_report_dir
+from ferry_harness.report.schema import (
     Budget,
     Coverage,
     Discovery,
@@ -59,11 +59,11 @@ from harness.report.schema import (
     involved_ops,
     violation_entry,
 )
-from harness.run.executor import Executor, Stats, StepTrace
-from harness.run.exercised import evaluations, with_evaluations
-from harness.run.generator import ViolationFound, machine_for
-from harness.run.nemesis import Nemesis
-from harness.run.steps import (
+from ferry_harness.run.executor import Executor, Stats, StepTrace
+from ferry_harness.run.exercised import evaluations, with_evaluations
+from ferry_harness.run.generator import ViolationFound, machine_for
+from ferry_harness.run.nemesis import Nemesis
+from ferry_harness.run.steps import (
     RACES,
     Audit,
     Clock,
@@ -80,11 +80,11 @@ from harness.run.steps import (
     step_from_json,
     step_to_json,
 )
-from harness.runtime.client import WorkerPool
-from harness.runtime.clock import SharedClock
-from harness.runtime.provenance import provenance
-from harness.runtime.schedule import compact
-from harness.runtime.target import import_root
+from ferry_harness.runtime.client import WorkerPool
+from ferry_harness.runtime.clock import SharedClock
+from ferry_harness.runtime.provenance import provenance
+from ferry_harness.runtime.schedule import compact
+from ferry_harness.runtime.target import import_root
 
 REPLAY_TRIES = 10
 SHRINK_TRIES = 3

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harness.errors import ExampleDbError
+from ferry_harness.errors import ExampleDbError
 
 ENV_VAR = "FERRY_EXAMPLE_DB"
 SPEC_HELP = ("none | dir:PATH | redis://HOST:PORT/N | github:OWNER/REPO[/ARTIFACT] "

@@ -1,11 +1,11 @@
-"""Runs *steps* (:mod:`harness.run.steps`) against the worker pool.
+"""Runs *steps* (:mod:`ferry_harness.run.steps`) against the worker pool.
 
 The generator (Hypothesis) only draws steps; this module carries them out, records every
 operation in the history, and checks the invariants after each step. Because steps are
 plain data, a failing example is a JSON list that ``ferry-harness replay`` can run again,
 and that our own shrinker can cut down, without Hypothesis.
 
-A fault step is handed to the fault runner (:mod:`harness.run.faults`), which owns the
+A fault step is handed to the fault runner (:mod:`ferry_harness.run.faults`), which owns the
 kill, pause and clock choreography; the checker judges what it leaves in the history.
 """
 
@@ -17,14 +17,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from harness.check.checker import Checker, Violation
-from harness.check.history import OK, History, Op
-from harness.errors import HarnessError
-from harness.run.faults import FaultRunner, KnownClaim, integrity_op
-from harness.run.hostile import hostile_call
-from harness.run.nemesis import Nemesis
-from harness.run.records import Stats, StepTrace
-from harness.run.steps import (
+from ferry_harness.check.checker import Checker, Violation
+from ferry_harness.check.history import OK, History, Op
+from ferry_harness.errors import HarnessError
+from ferry_harness.run.faults import FaultRunner, KnownClaim, integrity_op
+from ferry_harness.run.hostile import hostile_call
+from ferry_harness.run.nemesis import Nemesis
+from ferry_harness.run.records import Stats, StepTrace
+from ferry_harness.run.steps import (
     Audit,
     Checkpoint,
     Clock,
@@ -41,9 +41,9 @@ from harness.run.steps import (
     Scheduled,
     Step,
 )
-from harness.runtime import schedule
-from harness.runtime.client import PlannedCall, WorkerPool
-from harness.runtime.clock import SharedClock
+from ferry_harness.runtime import schedule
+from ferry_harness.runtime.client import PlannedCall, WorkerPool
+from ferry_harness.runtime.clock import SharedClock
 
 LOCK_NAME = "ferry-daemon"
 _SETTLE_POLLS = 50  # polls before an idle probe, each may take a ready task
@@ -95,7 +95,7 @@ class Executor:
         self.capabilities = set(pool.capabilities)
         if os.path.exists(path + "-wal"):
             self.capabilities.add("wal-file")
-        # hold the target only to the SPEC features it has (harness.check.ops.FEATURES)
+        # hold the target only to the SPEC features it has (ferry_harness.check.ops.FEATURES)
         self.checker.cfg = self.checker.cfg.for_capabilities(self.capabilities)
         self.checker.skips = frozenset(pool.skips)  # ferry_skips: not checked at all
 
@@ -325,7 +325,7 @@ class Executor:
             c = self.claims[-1]
 
     def _step_hostile(self, s: Hostile) -> Step:
-        """One call with a hostile argument (:func:`harness.run.hostile.hostile_call`)."""
+        """One call with a hostile argument (:func:`ferry_harness.run.hostile.hostile_call`)."""
         hostile_call(self, s.case)
         return s
 
@@ -438,7 +438,7 @@ class Executor:
         return s
 
     def integrity_check(self) -> Op:
-        """``PRAGMA integrity_check``, recorded (see :func:`harness.run.faults.integrity_op`)."""
+        """``PRAGMA integrity_check``, recorded (see :func:`ferry_harness.run.faults.integrity_op`)."""
         return integrity_op(self.pool, self.history, self.clock, example=self.example)
 
     def finish(self) -> list[Violation]:
@@ -447,7 +447,7 @@ class Executor:
 
     # ------------------------------------------------------------------ faults
     def _step_fault(self, s: Fault) -> Step:
-        """A fault step is the fault runner's (:mod:`harness.run.faults`)."""
+        """A fault step is the fault runner's (:mod:`ferry_harness.run.faults`)."""
         if self.fault_runner is None:
             return s
         return self.fault_runner.run(s)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.check.history import FAIL, OK, Op
-from harness.run.executor import Executor
-from harness.run.steps import Clock, LockRace
+from ferry_harness.check.history import FAIL, OK, Op
+from ferry_harness.run.executor import Executor
+from ferry_harness.run.steps import Clock, LockRace
 
 HOLDER = frozenset({"fulfill", "fail", "release", "extend", "salvage"})
 READ = frozenset({"get", "inspect", "salvaged"})

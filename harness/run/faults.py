@@ -1,9 +1,9 @@
 """The fault runner: what a fault step does, end to end, in one place.
 
-The nemesis (:mod:`harness.run.nemesis`) only injects (SIGKILL, SIGSTOP/SIGCONT, clock
-jumps) and draws when; the executor (:mod:`harness.run.executor`) runs ordinary steps. A
+The nemesis (:mod:`ferry_harness.run.nemesis`) only injects (SIGKILL, SIGSTOP/SIGCONT, clock
+jumps) and draws when; the executor (:mod:`ferry_harness.run.executor`) runs ordinary steps. A
 fault step is carried out here, as ordinary operations around the injection, and the
-checker judges the annotations they leave (:class:`harness.check.invariants.faults.FaultProbes`
+checker judges the annotations they leave (:class:`ferry_harness.check.invariants.faults.FaultProbes`
 reads ``probe``, ``zombie``, ``integrity``; the model judges every op, the killed one as
 ``info``):
 
@@ -28,7 +28,7 @@ process and a ``TRUNCATE`` checkpoint that must empty the ``-wal``.
 
 :func:`race_at_expiry` is the one implementation of "rescuers race at ``expires - 1``,
 then at ``expires``": fuzz faults use it here, ``ferry-harness crash`` in
-:mod:`harness.tools.crash`.
+:mod:`ferry_harness.tools.crash`.
 """
 
 from __future__ import annotations
@@ -39,12 +39,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from harness.check.annotations import Integrity, Killed, Probe, ProbeOther, Rescue, Zombie, mark
-from harness.check.history import FAIL, INFO, OK, History, Op
-from harness.run.nemesis import Nemesis, wait_until
-from harness.run.steps import Fault
-from harness.runtime.client import PlannedCall, WorkerPool
-from harness.runtime.clock import SharedClock
+from ferry_harness.check.annotations import (
+    Integrity,
+    Killed,
+    Probe,
+    ProbeOther,
+    Rescue,
+    Zombie,
+    mark,
+)
+from ferry_harness.check.history import FAIL, INFO, OK, History, Op
+from ferry_harness.run.nemesis import Nemesis, wait_until
+from ferry_harness.run.steps import Fault
+from ferry_harness.runtime.client import PlannedCall, WorkerPool
+from ferry_harness.runtime.clock import SharedClock
 
 RESCUERS = 3  # workers racing to reclaim a faulted holder's task
 DRAIN_ROUNDS = 8  # polling rescuers handed other ready tasks poll again, at most this often
@@ -121,7 +129,7 @@ def integrity_op(pool: WorkerPool, history: History, clock: SharedClock, *,
                  example: int | None = None, round_id: int | None = None) -> Op:
     """``PRAGMA integrity_check`` in the pool's reader process (never a worker that loaded
     the target), appended to ``history`` as an ``integrity_check`` op of the nemesis whose
-    :class:`~harness.check.annotations.Integrity` fact the checker reads ("ok" or SQLite's list of problems)."""
+    :class:`~ferry_harness.check.annotations.Integrity` fact the checker reads ("ok" or SQLite's list of problems)."""
     t0 = time.monotonic_ns()
     text = pool.integrity()
     return history.append(mark(Op(
@@ -133,7 +141,7 @@ def integrity_op(pool: WorkerPool, history: History, clock: SharedClock, *,
 
 class Steps(Protocol):
     """What the fault runner needs of the executor that runs the other steps (it is the
-    :class:`harness.run.executor.Executor`)."""
+    :class:`ferry_harness.run.executor.Executor`)."""
 
 
     pool: WorkerPool

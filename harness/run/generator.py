@@ -1,6 +1,6 @@
 """The generator: a Hypothesis state machine that draws steps and hands them to an Executor.
 
-Rules only *draw*: each builds a step (:mod:`harness.run.steps`) and runs it.
+Rules only *draw*: each builds a step (:mod:`ferry_harness.run.steps`) and runs it.
 The executor checks every invariant after each step; a violation raises
 :class:`ViolationFound`, which the campaign turns into a minimal, replayable report.
 """
@@ -13,11 +13,11 @@ from typing import Protocol
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from harness.check.checker import Violation
-from harness.run.executor import Executor
-from harness.run.faults import ANY_CALL
-from harness.run.hostile import HOSTILE_CASES
-from harness.run.steps import (
+from ferry_harness.check.checker import Violation
+from ferry_harness.run.executor import Executor
+from ferry_harness.run.faults import ANY_CALL
+from ferry_harness.run.hostile import HOSTILE_CASES
+from ferry_harness.run.steps import (
     RACES,
     Checkpoint,
     Clock,

@@ -1,4 +1,4 @@
-"""The hostile-argument cases a ``Hostile`` step names (:class:`harness.run.steps.Hostile`):
+"""The hostile-argument cases a ``Hostile`` step names (:class:`ferry_harness.run.steps.Hostile`):
 each builds its call's arguments from what the run has (its newest claim), so one name
 replays the same hostile call."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from harness.check.history import Op
-from harness.run.faults import KnownClaim
-from harness.runtime.client import PlannedCall, WorkerPool
+from ferry_harness.check.history import Op
+from ferry_harness.run.faults import KnownClaim
+from ferry_harness.runtime.client import PlannedCall, WorkerPool
 
 
 class HasClaims(Protocol):

@@ -3,7 +3,7 @@
 This module only *injects*: it kills, freezes and thaws workers, jumps the clock, and
 draws when to fire (which call a kill lands in, its aim, its delay). What a fault step
 does end to end — the victim, the probes, the zombie's calls, the checks after a fault —
-is the fault runner's (:mod:`harness.run.faults`), and the checker judges.
+is the fault runner's (:mod:`ferry_harness.run.faults`), and the checker judges.
 
 How a kill lands: there are no schedule points to aim at, so half the kills (``aim:
 random``) fire on a timer after a delay drawn over the *measured* course of the call
@@ -17,7 +17,7 @@ retires the worker id and starts a fresh worker in its slot. The delay (or aim) 
 recorded in the step, so a replay fires the same way.
 
 Helpers here (:class:`TimedKill`, :func:`wal_writer`, :func:`stop`) are shared with
-``ferry-harness crash`` (:mod:`harness.tools.crash`).
+``ferry-harness crash`` (:mod:`ferry_harness.tools.crash`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import threading
 import time
 from collections.abc import Iterable
 
-from harness.check.history import INFO, OK, Op
-from harness.runtime.client import Worker, WorkerPool
-from harness.runtime.clock import SharedClock
+from ferry_harness.check.history import INFO, OK, Op
+from ferry_harness.runtime.client import Worker, WorkerPool
+from ferry_harness.runtime.clock import SharedClock
 
 FAULTS = ("kill", "pause", "clock")
 WAL_WRITE_LOCK_BYTE = 120  # SQLite unix VFS: the WAL writer locks byte 120 of the -shm file

@@ -27,7 +27,7 @@ import typing
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Union
 
-from harness.errors import UsageError
+from ferry_harness.errors import UsageError
 
 
 @dataclass(frozen=True, kw_only=True)

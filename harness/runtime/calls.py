@@ -10,8 +10,8 @@ import inspect
 from typing import Any
 
 from ferry_core.errors import FerryError
-from harness.check.history import FAIL, OK
-from harness.check.ops import (
+from ferry_harness.check.history import FAIL, OK
+from ferry_harness.check.ops import (
     CONVENTIONS,
     DISPATCH_KWARGS,
     FEATURES,

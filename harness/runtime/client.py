@@ -5,7 +5,7 @@ every store has its own connection to the one WAL file, as in production. The po
 started once per campaign (fork costs milliseconds, spawn hundreds): per example the
 workers only re-open the store on a fresh database file.
 
-Commands go over pipes as the typed messages of :mod:`harness.runtime.wire`; each
+Commands go over pipes as the typed messages of :mod:`ferry_harness.runtime.wire`; each
 process dispatches on the message's type. A *race round* sends one
 call to each of k workers, waits until all k stand at a shared barrier, then releases
 them together. A worker that dies or overruns its timeout is killed and replaced by a
@@ -27,14 +27,14 @@ from typing import Any
 
 import multiprocess as mp
 
-from harness.check.history import CUT_SHORT, INFO, History, Op
-from harness.errors import HarnessError
-from harness.runtime import schedule
-from harness.runtime.calls import capabilities, execute
-from harness.runtime.clock import SharedClock
-from harness.runtime.process import die_with_parent
-from harness.runtime.target import load_factory
-from harness.runtime.wire import (
+from ferry_harness.check.history import CUT_SHORT, INFO, History, Op
+from ferry_harness.errors import HarnessError
+from ferry_harness.runtime import schedule
+from ferry_harness.runtime.calls import capabilities, execute
+from ferry_harness.runtime.clock import SharedClock
+from ferry_harness.runtime.process import die_with_parent
+from ferry_harness.runtime.target import load_factory
+from ferry_harness.runtime.wire import (
     AtBarrier,
     CallOp,
     CheckIntegrity,
@@ -63,7 +63,7 @@ LIVENESS_CAP_S = 10.0
 
 def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, parent: int,
                  scheduled: bool = False) -> None:
-    """A store worker's loop: one message in, its answer out (see harness.runtime.wire)."""
+    """A store worker's loop: one message in, its answer out (see ferry_harness.runtime.wire)."""
     die_with_parent()
     if os.getppid() != parent:  # the controller died before prctl took effect
         os._exit(1)
@@ -226,7 +226,7 @@ class PlannedCall:
     """One operation of a round: which pool slot runs it, as which agent."""
 
     slot: int  #: index of the worker (pool slot) that runs it
-    op: str  #: protocol operation name (harness.check.ops.PROTOCOL)
+    op: str  #: protocol operation name (ferry_harness.check.ops.PROTOCOL)
     args: dict[str, Any]  #: the operation's arguments, plain JSON-ready data
     agent: str  #: the agent id the call is made as
 
@@ -470,7 +470,7 @@ class WorkerPool:
 
     # ---------------------------------------------------------------- running operations
     def _recv(self, w: Worker, timeout: float) -> Any:
-        """The worker's next message (a harness.runtime.wire type), or None if it sent none
+        """The worker's next message (a ferry_harness.runtime.wire type), or None if it sent none
         within ``timeout`` seconds or died."""
         if w.conn.poll(timeout):
             try:

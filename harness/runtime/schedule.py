@@ -32,7 +32,14 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
 
-from harness.runtime.wire import AbortSchedule, AtSchedulePoint, OpDone, Proceed, receive, send
+from ferry_harness.runtime.wire import (
+    AbortSchedule,
+    AtSchedulePoint,
+    OpDone,
+    Proceed,
+    receive,
+    send,
+)
 
 _original_connect = sqlite3.connect
 _state: dict[str, Any] = {"pipe": None, "op": None, "connections": 0, "busy": False}

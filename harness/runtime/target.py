@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from harness.errors import TargetError
+from ferry_harness.errors import TargetError
 
 DEFAULT_TARGET = "ferry_core:LeaseStore"
 

@@ -4,13 +4,13 @@ One frozen dataclass per message kind; a process dispatches on the message's typ
 travel pickled through ``multiprocess`` pipes, so every field is plain data (no store, no
 connection). Three conversations use them:
 
-- a **store worker** (:mod:`harness.runtime.client`): :class:`OpenStore` →
+- a **store worker** (:mod:`ferry_harness.runtime.client`): :class:`OpenStore` →
   :class:`StoreOpened` / :class:`StoreOpenFailed`; :class:`CallOp` → (:class:`AtBarrier`)
   → :class:`OpDone`; :class:`CloseStore` → :class:`StoreClosed`; :class:`Stop`;
 - the **long reader**: :class:`HoldSnapshot` → :class:`SnapshotHeld`,
   :class:`DropSnapshot` → :class:`SnapshotDropped`, :class:`CheckIntegrity` →
   :class:`IntegrityResult`; :class:`Stop`;
-- **schedule mode** (:mod:`harness.runtime.schedule`), during a scheduled op: the worker
+- **schedule mode** (:mod:`ferry_harness.runtime.schedule`), during a scheduled op: the worker
   sends :class:`AtSchedulePoint` before each SQL statement and waits for :class:`Proceed`
   or :class:`AbortSchedule`.
 
@@ -49,7 +49,7 @@ class CallOp:
     """Run one protocol operation on the worker's store."""
 
     op_index: int  # the op's index in the controller's history (names the op in replies)
-    op: str  # protocol operation name (harness.check.ops), e.g. "claim"
+    op: str  # protocol operation name (ferry_harness.check.ops), e.g. "claim"
     args: dict[str, Any]  # its keyword arguments, e.g. {"task_id": "t1"}
     agent: str  # the agent name the operation runs as
     barrier: bool  # report AtBarrier, then wait at the shared gate before running
@@ -72,7 +72,7 @@ class Stop:
 class StoreOpened:
     """The store opened; what the target can do."""
 
-    capabilities: tuple[str, ...]  # sorted operations and features (harness.check.ops)
+    capabilities: tuple[str, ...]  # sorted operations and features (ferry_harness.check.ops)
     skips: dict[str, str]  # invariant id -> why the target says it cannot be checked
 
 
@@ -92,7 +92,7 @@ class AtBarrier:
 
 @dataclass(frozen=True, kw_only=True)
 class OpDone:
-    """An operation's outcome, as :func:`harness.check.ops.execute` classified it."""
+    """An operation's outcome, as :func:`ferry_harness.check.ops.execute` classified it."""
 
     op_index: int  # CallOp.op_index
     type: str  # "ok", "fail" (typed refusal) or "info" (indeterminate)

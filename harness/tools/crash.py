@@ -30,7 +30,7 @@ result); ``PRAGMA integrity_check`` (in the pool's reader process) must say ``ok
 
 The campaign only drives and records: it marks what it knows on the ops (the round, the
 killed holder of an orphan, each rescue race) and every verdict, in-round and closing, is
-the check layer's (:func:`harness.check.invariants.crash_audit.crash_invariants`).
+the check layer's (:func:`ferry_harness.check.invariants.crash_audit.crash_invariants`).
 
 Exit code 0 when all of that holds, 1 otherwise, 2 for usage or harness errors.
 
@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.check.annotations import (
+from ferry_harness.check.annotations import (
     CampaignRound,
     FinalRead,
     KilledHolder,
@@ -62,24 +62,24 @@ from harness.check.annotations import (
     fact,
     mark,
 )
-from harness.check.checker import Checker, Violation, fuzz_invariants, invariant_status
-from harness.check.history import INFO, OK, History, Op
-from harness.check.invariants.crash_audit import crash_invariants
-from harness.errors import ExitCode, HarnessError, TargetError
-from harness.report.paths import json_text
-from harness.report.schema import (
+from ferry_harness.check.checker import Checker, Violation, fuzz_invariants, invariant_status
+from ferry_harness.check.history import INFO, OK, History, Op
+from ferry_harness.check.invariants.crash_audit import crash_invariants
+from ferry_harness.errors import ExitCode, HarnessError, TargetError
+from ferry_harness.report.paths import json_text
+from ferry_harness.report.schema import (
     Provenance,
     Report,
     report_from_json,
     report_to_json,
     violation_entry,
 )
-from harness.run.faults import integrity_op, race_at_expiry
-from harness.run.nemesis import TimedKill, draw_delay_ns, holds_wal_write_lock, stop
-from harness.runtime.client import PlannedCall, WorkerPool
-from harness.runtime.clock import SharedClock
-from harness.runtime.provenance import provenance
-from harness.runtime.target import DEFAULT_TARGET, load_factory
+from ferry_harness.run.faults import integrity_op, race_at_expiry
+from ferry_harness.run.nemesis import TimedKill, draw_delay_ns, holds_wal_write_lock, stop
+from ferry_harness.runtime.client import PlannedCall, WorkerPool
+from ferry_harness.runtime.clock import SharedClock
+from ferry_harness.runtime.provenance import provenance
+from ferry_harness.runtime.target import DEFAULT_TARGET, load_factory
 
 START_MS = 1_000_000_000
 QUEUE_TTL_MS = 1_000_000_000  # tasks never time out in the queue during a campaign
@@ -163,7 +163,7 @@ class Crash:
 
     def judge(self) -> None:
         """Let the crash's Checker judge the ops recorded since the last call (marked as
-        :mod:`harness.check.invariants.crash_rounds` and ``crash_audit`` read them); its
+        :mod:`ferry_harness.check.invariants.crash_rounds` and ``crash_audit`` read them); its
         findings join the report, and those the summary counts (``detail["tally"]``) are
         tallied."""
         fresh = self.history.ops[self.judged:]
@@ -373,7 +373,7 @@ class Crash:
     def rescue(self, orphans: list[str], expires: int) -> None:
         """The dead holders' leases (all granted at this round's instant) end at
         ``expires``: nobody may claim an orphan a millisecond earlier, somebody must at
-        that very millisecond (:func:`harness.run.faults.race_at_expiry`: two live
+        that very millisecond (:func:`ferry_harness.run.faults.race_at_expiry`: two live
         rescuers race for each orphan at ``expires - 1``, then at ``expires``); an orphan
         nobody got is tried again later (counted late), and if even ``expires + 100 *
         exec_ttl_ms`` does not free it, it is lost (each race is marked with a ``Rescue`` fact;
@@ -471,7 +471,7 @@ class Crash:
 
     def audit(self) -> None:
         """Every task once, COMPLETED, with its one accepted result; tokens; integrity; WAL
-        (judged by the crash's Checker: :mod:`harness.check.invariants.crash_audit`)."""
+        (judged by the crash's Checker: :mod:`ferry_harness.check.invariants.crash_audit`)."""
         t, pool = self.t, self.pool
         if "inspect" in pool.capabilities:
             for o in self.run_round([PlannedCall(slot=0, op="inspect", args={}, agent="auditor")]):

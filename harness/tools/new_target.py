@@ -13,7 +13,7 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-RESERVED = frozenset({"ferry_core", "harness", "scenarios", "tests", "test", "conftest",
+RESERVED = frozenset({"ferry_core", "ferry_harness", "ferry_scenarios", "tests", "test", "conftest",
                       "sqlite3", "pytest", "hypothesis"})
 
 
@@ -46,7 +46,7 @@ directory runs it again. Budget: `pytest --ferry-budget 60`, or `budget=` below;
 options are in `pytest --help` under "ferry".
 """
 
-from harness import ferry_gate
+from ferry_harness import ferry_gate
 
 gate = ferry_gate("${name}:make_store")
 '''

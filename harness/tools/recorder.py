@@ -1,11 +1,11 @@
 """Record a history from your own integration test, then check it with ferry.
 
 Wrap each store the test uses; every protocol call (``dispatch``, ``poll_next``, ``claim``,
-``fulfill`` … see :data:`harness.check.ops.PROTOCOL`) is recorded with its invoke and return
+``fulfill`` … see :data:`ferry_harness.check.ops.PROTOCOL`) is recorded with its invoke and return
 instants, the store clock and its outcome, exactly as ``ferry-harness fuzz`` records them.
 Calls from several threads on their own wrapped stores interleave correctly::
 
-    from harness.tools.recorder import Recorder
+    from ferry_harness.tools.recorder import Recorder
 
     rec = Recorder()
     store = rec.wrap(LeaseStore(path, clock=clock), agent="worker-1", clock=clock)
@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from ferry_core.errors import FerryError
-from harness.check.checker import judge_history
-from harness.check.history import FAIL, INFO, OK, History, Op
-from harness.check.ops import PROTOCOL, plain
+from ferry_harness.check.checker import judge_history
+from ferry_harness.check.history import FAIL, INFO, OK, History, Op
+from ferry_harness.check.ops import PROTOCOL, plain
 
 
 class Recorder:
@@ -55,7 +55,7 @@ class Recorder:
 
     def check(self, capabilities: Any = None) -> list[Any]:
         """The violations in what was recorded (``capabilities``: the target's, as
-        ``harness.runtime.calls.capabilities(store)`` gives them; default a full protocol store)."""
+        ``ferry_harness.runtime.calls.capabilities(store)`` gives them; default a full protocol store)."""
         return judge_history(self.history, capabilities)[0]
 
     def write(self, path: str | Path) -> Path:

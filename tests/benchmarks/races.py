@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.check.history import FAIL, OK, Op
+from ferry_harness.check.history import FAIL, OK, Op
 
 T = "task-1"
 

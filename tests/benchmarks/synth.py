@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from harness.check.history import FAIL, OK, History, Op
+from ferry_harness.check.history import FAIL, OK, History, Op
 
 T0_MS = 1_000_000_000
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.check.checker import Checker
-from harness.check.history import History
+from ferry_harness.check.checker import Checker
+from ferry_harness.check.history import History
 from tests.benchmarks import races, synth
 
 SIZES = (1_000, 10_000, 100_000)

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from ferry_core import LeaseStore, ManualClock, errors
-from harness.cli.main import main
-from harness.run.executor import Executor
-from harness.runtime.client import WorkerPool
-from harness.runtime.clock import SharedClock
+from ferry_harness.cli.main import main
+from ferry_harness.run.executor import Executor
+from ferry_harness.runtime.client import WorkerPool
+from ferry_harness.runtime.clock import SharedClock
 from tests.procs import children_of
 from tests.unprivileged import shared_dir as unprivileged_dir
 from tests.unprivileged import unprivileged

@@ -17,12 +17,12 @@ from pathlib import Path
 import multiprocess as mp
 import pytest
 
-from harness.check.checker import INVARIANTS
-from harness.cli.main import main
-from harness.runtime.client import WorkerPool
-from harness.runtime.clock import SharedClock
-from harness.runtime.target import load_factory
-from scenarios import SCENARIOS, Scenario, ScenarioContext
+from ferry_harness.check.checker import INVARIANTS
+from ferry_harness.cli.main import main
+from ferry_harness.runtime.client import WorkerPool
+from ferry_harness.runtime.clock import SharedClock
+from ferry_harness.runtime.target import load_factory
+from ferry_scenarios import SCENARIOS, Scenario, ScenarioContext
 from tests.broken_stores import BROKEN
 
 CORE = ("ferry_core:cas_store", "ferry_core:immediate_store")
@@ -229,7 +229,7 @@ def test_cli_bad_target_or_workers_is_a_usage_error(capsys):
 
 def test_a_failed_expectation_is_judged_by_the_checker_and_reported(shared, tmp_path):
     """``Session.expect`` records an ``expect`` op; the session's Checker names it."""
-    from harness.cli.scenario import write_scenario_report
+    from ferry_harness.cli.scenario import write_scenario_report
 
     def script(s) -> str:
         task = s.dispatch(title="A")

@@ -1,12 +1,12 @@
-"""The closing audit of a crash campaign (:mod:`harness.tools.crash`), as invariants.
+"""The closing audit of a crash campaign (:mod:`ferry_harness.tools.crash`), as invariants.
 
 Pure: each check reads the crash's history. The campaign marks the ops of its final
 read-back (one ``inspect()``, or a ``get`` of every task) with a
-:class:`harness.check.annotations.FinalRead` fact,
+:class:`ferry_harness.check.annotations.FinalRead` fact,
 records ``PRAGMA integrity_check`` as an ``integrity_check`` op (its text as the value),
 and its closing ``checkpoint(TRUNCATE)`` with the measured ``-wal`` size in
 ``extra["wal_after"]``. A violation that the crash summary counts carries
-``detail["tally"]``: the :class:`harness.tools.crash.Tally` field it adds ``detail.get("count", 1)`` to.
+``detail["tally"]``: the :class:`ferry_harness.tools.crash.Tally` field it adds ``detail.get("count", 1)`` to.
 
 The campaign composes these with the fuzz checks (the model's per-object search
 included), so a crash history is judged by the same checker as a fuzz one.
@@ -18,12 +18,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from harness.check.annotations import FinalRead, has
-from harness.check.history import INFO, OK, Op
-from harness.check.invariant import Invariant, Violation, won_claims
-from harness.check.invariants.crash_rounds import round_invariants
-from harness.check.model import canonical
-from harness.check.runstate import RunState
+from ferry_harness.check.annotations import FinalRead, has
+from ferry_harness.check.history import INFO, OK, Op
+from ferry_harness.check.invariant import Invariant, Violation, won_claims
+from ferry_harness.check.invariants.crash_rounds import round_invariants
+from ferry_harness.check.model import canonical
+from ferry_harness.check.runstate import RunState
 
 FINAL_READ = FinalRead.KEY  # the extra key of the final read-back (a FinalRead fact)
 
@@ -158,7 +158,7 @@ COVERED_BY_CRASH = frozenset({"fault-probes", "wal-rules", "tokens-issued-once",
 
 def crash_invariants(shared: Sequence[Invariant] = ()) -> list[Invariant]:
     """Every check of a crash campaign, in the order its findings are reported: the
-    in-round judgements (:mod:`harness.check.invariants.crash_rounds`), the audit, then
+    in-round judgements (:mod:`ferry_harness.check.invariants.crash_rounds`), the audit, then
     ``shared`` (the fuzz checks: the model's per-object search included), less those the
     crash's own cover (``COVERED_BY_CRASH``)."""
     return [*round_invariants(), EveryTaskCompletedOnce(), NoTokenTwice(), IntegrityOk(),

@@ -1,4 +1,4 @@
-"""The in-round judgements of a crash campaign (:mod:`harness.tools.crash`), as invariants.
+"""The in-round judgements of a crash campaign (:mod:`ferry_harness.tools.crash`), as invariants.
 
 Pure: each check reads the ops the campaign recorded, and the facts it marked on them as
 ``extra`` (the campaign drives rounds, kills and rescues; these checks decide):
@@ -13,7 +13,7 @@ Pure: each check reads the ops the campaign recorded, and the facts it marked on
   the winner's fulfill: :class:`Rescue`, as a dict.
 
 The model's per-object search judges the same history too (the crash's Checker composes
-both: :func:`harness.check.invariants.crash_audit.crash_invariants`).
+both: :func:`ferry_harness.check.invariants.crash_audit.crash_invariants`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from harness.check.annotations import CampaignRound, KilledHolder, Rescue, fact, has
-from harness.check.history import FAIL, OK, Op
-from harness.check.invariant import Invariant, Violation, won_claims
-from harness.check.runstate import RunState
+from ferry_harness.check.annotations import CampaignRound, KilledHolder, Rescue, fact, has
+from ferry_harness.check.history import FAIL, OK, Op
+from ferry_harness.check.invariant import Invariant, Violation, won_claims
+from ferry_harness.check.runstate import RunState
 
-# the extra keys these checks read (the facts are harness.check.annotations')
+# the extra keys these checks read (the facts are ferry_harness.check.annotations')
 CAMPAIGN_ROUND = CampaignRound.KEY
 KILLED_HOLDER = KilledHolder.KEY
 RESCUE = Rescue.KEY

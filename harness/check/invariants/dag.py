@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harness.check.history import OK, Op
-from harness.check.invariant import Violation, hashable, won_claims
-from harness.check.runstate import RunState
+from ferry_harness.check.history import OK, Op
+from ferry_harness.check.invariant import Violation, hashable, won_claims
+from ferry_harness.check.runstate import RunState
 
 
 class DependenciesFirst:

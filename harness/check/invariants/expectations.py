@@ -1,4 +1,4 @@
-"""A scenario's own expectations (``scenarios.base.Session.expect``), judged by the Checker.
+"""A scenario's own expectations (``ferry_scenarios.base.Session.expect``), judged by the Checker.
 
 A race script may state an outcome no general rule covers (exactly one of these daemons
 gets the lock…). When it does not hold, the session records an ``expect`` op (process -1,
@@ -9,9 +9,9 @@ of one Checker, ordered with the rest.
 
 from __future__ import annotations
 
-from harness.check.history import Op
-from harness.check.invariant import INVARIANTS, Violation
-from harness.check.runstate import RunState
+from ferry_harness.check.history import Op
+from ferry_harness.check.invariant import INVARIANTS, Violation
+from ferry_harness.check.runstate import RunState
 
 EXPECT = "expect"  # the op name of a scenario expectation that did not hold
 

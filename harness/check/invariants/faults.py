@@ -1,12 +1,12 @@
 """What the fault runner's probes found (the ``Probe``, ``Zombie`` and ``Integrity`` facts
-of :mod:`harness.check.annotations` that :mod:`harness.run.faults` leaves on ops)."""
+of :mod:`ferry_harness.check.annotations` that :mod:`ferry_harness.run.faults` leaves on ops)."""
 
 from __future__ import annotations
 
-from harness.check.annotations import Integrity, Probe, Zombie, fact
-from harness.check.history import OK, Op
-from harness.check.invariant import Violation
-from harness.check.runstate import RunState
+from ferry_harness.check.annotations import Integrity, Probe, Zombie, fact
+from ferry_harness.check.history import OK, Op
+from ferry_harness.check.invariant import Violation
+from ferry_harness.check.runstate import RunState
 
 
 class FaultProbes:

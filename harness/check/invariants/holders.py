@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.check.history import OK, Op
-from harness.check.invariant import Violation, concurrent, hashable, lease_covers, won_claims
-from harness.check.runstate import RunState
+from ferry_harness.check.history import OK, Op
+from ferry_harness.check.invariant import Violation, concurrent, hashable, lease_covers, won_claims
+from ferry_harness.check.runstate import RunState
 
 
 class TwoLiveHolders:

@@ -1,13 +1,13 @@
 """The model's verdict per object: each task and lock searched for a legal sequential
-order (:mod:`harness.check.linearizability`), the failing step named by the rule it breaks."""
+order (:mod:`ferry_harness.check.linearizability`), the failing step named by the rule it breaks."""
 
 from __future__ import annotations
 
-from harness.check.history import FAIL, Op
-from harness.check.invariant import INVARIANTS, Violation
-from harness.check.linearizability import partition_key
-from harness.check.model import WRITERS_NOW_MAX
-from harness.check.runstate import RunState
+from ferry_harness.check.history import FAIL, Op
+from ferry_harness.check.invariant import INVARIANTS, Violation
+from ferry_harness.check.linearizability import partition_key
+from ferry_harness.check.model import WRITERS_NOW_MAX
+from ferry_harness.check.runstate import RunState
 
 
 class PerObjectSearch:

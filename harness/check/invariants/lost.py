@@ -3,10 +3,10 @@ result, and no poll or claim comes back empty while a task was certainly ready f
 
 from __future__ import annotations
 
-from harness.check.history import OK, Op
-from harness.check.invariant import Violation, hashable
-from harness.check.model import COMPLETED, STATES, canonical
-from harness.check.runstate import RunState
+from ferry_harness.check.history import OK, Op
+from ferry_harness.check.invariant import Violation, hashable
+from ferry_harness.check.model import COMPLETED, STATES, canonical
+from ferry_harness.check.runstate import RunState
 
 
 class InspectShowsAll:

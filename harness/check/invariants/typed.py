@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harness.check.history import INFO, Op
-from harness.check.invariant import Violation
-from harness.check.runstate import RunState
+from ferry_harness.check.history import INFO, Op
+from ferry_harness.check.invariant import Violation
+from ferry_harness.check.runstate import RunState
 
 
 class TypedErrors:

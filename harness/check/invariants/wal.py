@@ -3,9 +3,9 @@ idle calls write nothing (``idle-no-write``); checkpoints can reset it (``wal-bo
 
 from __future__ import annotations
 
-from harness.check.history import FAIL, OK, Op
-from harness.check.invariant import Violation, injected
-from harness.check.runstate import RunState
+from ferry_harness.check.history import FAIL, OK, Op
+from ferry_harness.check.invariant import Violation, injected
+from ferry_harness.check.runstate import RunState
 
 
 class WalRules:

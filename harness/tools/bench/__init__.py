@@ -5,7 +5,7 @@ One module per job: :mod:`.stats` (percentiles, Jain, the latency histogram),
 rate), :mod:`.targets` (which store, how it is opened), :mod:`.worker` (the draining process),
 :mod:`.runner` (one run: dispatch, start the workers, collect, verify), :mod:`.matrix` (every
 run, interleaved, and the goal check), :mod:`.report` (tables and report.md) and
-:mod:`.plots` (PNGs, needs matplotlib). The command line is :mod:`harness.cli.bench`.
+:mod:`.plots` (PNGs, needs matplotlib). The command line is :mod:`ferry_harness.cli.bench`.
 
 W worker processes (forked, one store each, as in production) wait at one barrier, then
 each drains the same queue of N pre-dispatched tasks: ``poll_next`` then ``fulfill``,

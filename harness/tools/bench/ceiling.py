@@ -32,10 +32,10 @@ import multiprocess as mp
 
 from ferry_core import LeaseStore, SystemClock
 from ferry_core.store import SQL_FUNCTIONS
-from harness.errors import HarnessError
-from harness.runtime.process import die_with_parent
-from harness.tools.bench.runner import dispatch_tasks
-from harness.tools.bench.stats import jain, latency_summary
+from ferry_harness.errors import HarnessError
+from ferry_harness.runtime.process import die_with_parent
+from ferry_harness.tools.bench.runner import dispatch_tasks
+from ferry_harness.tools.bench.stats import jain, latency_summary
 
 CEILING_UPDATES = 20_000  #: distinct rows updated per sample
 CEILING_SAMPLES = 3  #: samples before the matrix; as many again after each repetition

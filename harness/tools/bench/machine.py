@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.runtime.provenance import provenance
+from ferry_harness.runtime.provenance import provenance
 
 
 def _read(path: str) -> str:

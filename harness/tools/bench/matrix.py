@@ -10,8 +10,8 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from harness.runtime.target import DEFAULT_TARGET
-from harness.tools.bench.ceiling import (
+from ferry_harness.runtime.target import DEFAULT_TARGET
+from ferry_harness.tools.bench.ceiling import (
     CEILING_SAMPLES,
     CEILING_STATEMENT,
     CEILING_UPDATES,
@@ -20,9 +20,15 @@ from harness.tools.bench.ceiling import (
     measure_same_sql,
     measure_store_claim_update,
 )
-from harness.tools.bench.machine import machine_info
-from harness.tools.bench.runner import Progress, run_one
-from harness.tools.bench.targets import AS_IS, Target, resolve_target, split_targets, variant_label
+from ferry_harness.tools.bench.machine import machine_info
+from ferry_harness.tools.bench.runner import Progress, run_one
+from ferry_harness.tools.bench.targets import (
+    AS_IS,
+    Target,
+    resolve_target,
+    split_targets,
+    variant_label,
+)
 
 DEFAULT_WORKERS = (1, 2, 4, 8, 16)
 DEFAULT_TASKS = 20_000

@@ -1,6 +1,6 @@
 """PNG plots for ``ferry-harness bench`` (needs matplotlib: ``pip install 'ferry-harness[plots]'``).
 
-Imported lazily by :mod:`harness.tools.bench.report`; without matplotlib the import fails
+Imported lazily by :mod:`ferry_harness.tools.bench.report`; without matplotlib the import fails
 and the bench writes its report without plots.
 """
 
@@ -16,8 +16,8 @@ matplotlib.use("Agg")  # files only, never a window
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness.tools.bench.stats import HIST_EDGES_MS  # noqa: E402
-from harness.tools.bench.targets import ferry_core_only  # noqa: E402
+from ferry_harness.tools.bench.stats import HIST_EDGES_MS  # noqa: E402
+from ferry_harness.tools.bench.targets import ferry_core_only  # noqa: E402
 
 _DPI = 110
 

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.tools.bench.ceiling import same_sql_line
-from harness.tools.bench.targets import ferry_core_only, short_name
+from ferry_harness.tools.bench.ceiling import same_sql_line
+from ferry_harness.tools.bench.targets import ferry_core_only, short_name
 
 MIB = 1 << 20
 WAL_BOUND_BYTES = 64 * MIB  # the harness's wal-bounded limit (harness/run/campaign.py)
@@ -256,7 +256,7 @@ def write_report(result: dict[str, Any], report_dir: str) -> list[str]:
     plots: list[str] = []
     note = None
     try:  # by name at call time: matplotlib is optional, and a missing one is a note
-        plots_mod = importlib.import_module("harness.tools.bench.plots")
+        plots_mod = importlib.import_module("ferry_harness.tools.bench.plots")
     except ImportError as exc:  # matplotlib missing
         note = (f"Plots skipped: {exc}. Install them with `pip install 'ferry-harness[plots]'` and "
                 "re-run.")

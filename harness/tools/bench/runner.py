@@ -17,10 +17,16 @@ from typing import Any
 import multiprocess as mp
 
 from ferry_core import LeaseStore
-from harness.tools.bench.machine import usable_cpus
-from harness.tools.bench.stats import jain, latency_histogram, latency_summary
-from harness.tools.bench.targets import Target
-from harness.tools.bench.worker import STALL_S, WorkerParams, WorkerResult, WorkerShared, drain
+from ferry_harness.tools.bench.machine import usable_cpus
+from ferry_harness.tools.bench.stats import jain, latency_histogram, latency_summary
+from ferry_harness.tools.bench.targets import Target
+from ferry_harness.tools.bench.worker import (
+    STALL_S,
+    WorkerParams,
+    WorkerResult,
+    WorkerShared,
+    drain,
+)
 
 _CTX = mp.get_context("fork")
 _QUEUE_TTL_MS = 86_400_000  # a day: no task may time out while it waits in a run

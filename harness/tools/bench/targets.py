@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ferry_core import LeaseStore, SystemClock, cas_store, immediate_store
-from harness.errors import UsageError
-from harness.runtime.target import load_factory
+from ferry_harness.errors import UsageError
+from ferry_harness.runtime.target import load_factory
 
 #: strategy and busy policy of a store that is not ferry_core: measured as it is
 AS_IS = "as-is"

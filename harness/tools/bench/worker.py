@@ -16,9 +16,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.errors import HarnessError
-from harness.runtime.process import die_with_parent
-from harness.tools.bench.targets import Target
+from ferry_harness.errors import HarnessError
+from ferry_harness.runtime.process import die_with_parent
+from ferry_harness.tools.bench.targets import Target
 
 #: seconds a worker keeps polling while poll_next returns None with tasks left, then gives up
 STALL_S = 5.0

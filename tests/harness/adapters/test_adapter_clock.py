@@ -1,4 +1,4 @@
-"""harness.adapters.clock: a library's own time names moved onto the harness clock.
+"""ferry_harness.adapters.clock: a library's own time names moved onto the harness clock.
 
 Each way a library can read time (``import time``, ``from time import …``, ``import
 datetime``, ``from datetime import datetime``, a helper of its own) is built here as a
@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from harness.adapters.clock import (
+from ferry_harness.adapters.clock import (
     EPOCH,
     SECOND,
     LibraryClock,

@@ -11,12 +11,12 @@ import json
 
 import pytest
 
-from harness.check.checker import invariant_status
-from harness.check.model import ModelConfig
-from harness.check.ops import FEATURES, STRICT_CHOICES
-from harness.run.campaign import Campaign, CampaignConfig, Runner, write_report
-from harness.run.steps import Reads
-from harness.runtime.calls import capabilities
+from ferry_harness.check.checker import invariant_status
+from ferry_harness.check.model import ModelConfig
+from ferry_harness.check.ops import FEATURES, STRICT_CHOICES
+from ferry_harness.run.campaign import Campaign, CampaignConfig, Runner, write_report
+from ferry_harness.run.steps import Reads
+from ferry_harness.runtime.calls import capabilities
 from tests.steps import D, claim, holder, poll, via_json
 
 LIBRARY = {"persist_queue": "persistqueue", "litequeue": "litequeue", "localqueue": "localqueue"}
@@ -47,7 +47,7 @@ EXPECTED = {
 
 def target(lib: str) -> str:
     pytest.importorskip(LIBRARY[lib])
-    return f"harness.adapters.{lib}:make_store"
+    return f"ferry_harness.adapters.{lib}:make_store"
 
 
 def campaign(tgt: str, tmp_path, budget: float, seed: int = 0):

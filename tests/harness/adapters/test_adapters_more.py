@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from harness.run.campaign import Campaign, CampaignConfig, Runner, write_report
-from harness.run.steps import Clock, IdlePoll, Reads, Step
+from ferry_harness.run.campaign import Campaign, CampaignConfig, Runner, write_report
+from ferry_harness.run.steps import Clock, IdlePoll, Reads, Step
 from tests.steps import D, claim, holder, poll, via_json
 
 LIBRARY = {"huey": "huey", "simplebroker": "simplebroker"}
@@ -45,7 +45,7 @@ EXPECTED = {
 
 def target(spec: str) -> str:
     pytest.importorskip(LIBRARY[spec.split(":")[0]])
-    return f"harness.adapters.{spec}"
+    return f"ferry_harness.adapters.{spec}"
 
 
 def campaign(tgt: str, tmp_path, budget: float, seed: int = 0):
@@ -140,7 +140,7 @@ def test_huey_clock_patch_is_exact_milliseconds(tmp_path):
     import huey.api
     import huey.utils
 
-    from harness.adapters.huey import EPOCH, make_expiring_store
+    from ferry_harness.adapters.huey import EPOCH, make_expiring_store
 
     saved = huey.utils.utcnow, huey.api.utcnow
     now = [1_000_000_000_123]

@@ -4,10 +4,10 @@ passes, and the real bug next to it is still caught under its name."""
 
 from __future__ import annotations
 
-from harness.check.checker import Checker
-from harness.check.history import FAIL
-from harness.check.model import ModelConfig
-from harness.check.ops import FEATURES
+from ferry_harness.check.checker import Checker
+from ferry_harness.check.history import FAIL
+from ferry_harness.check.model import ModelConfig
+from ferry_harness.check.ops import FEATURES
 from tests.histories import DECLARED, SPEC_STORE, T0, TOKEN_A, Recorder
 
 

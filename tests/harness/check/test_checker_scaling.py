@@ -1,5 +1,5 @@
 """The checker stays decisive on wide races, incremental checks agree with full ones, and
-recorded histories are checked offline (``ferry-harness check``, ``harness.tools.recorder``)."""
+recorded histories are checked offline (``ferry-harness check``, ``ferry_harness.tools.recorder``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import time
 import pytest
 
 from ferry_core import LeaseStore, ManualClock
-from harness.check.checker import Checker
-from harness.check.history import History
-from harness.check.linearizability import check_history
-from harness.tools.recorder import Recorder
+from ferry_harness.check.checker import Checker
+from ferry_harness.check.history import History
+from ferry_harness.check.linearizability import check_history
+from ferry_harness.tools.recorder import Recorder
 from tests.benchmarks import races, synth
 
 
@@ -124,7 +124,7 @@ def test_recorder_and_check_command(tmp_path):
     assert [o.op for o in rec.history] == ["dispatch", "poll_next", "fulfill", "get"]
     assert rec.check() == []
     path = rec.write(tmp_path / "history.jsonl")
-    run = subprocess.run([sys.executable, "-m", "harness", "check", str(path), "--report-dir",
+    run = subprocess.run([sys.executable, "-m", "ferry_harness", "check", str(path), "--report-dir",
                           str(tmp_path / "ok")], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
     assert json.loads((tmp_path / "ok" / "report.json").read_text())["verdict"] == "pass"
@@ -132,7 +132,7 @@ def test_recorder_and_check_command(tmp_path):
     bad, _ = _record(tmp_path / "bad.db", lose_result=True)
     assert [v.invariant for v in bad.check()] == ["no-lost-task"]
     path = bad.write(tmp_path / "bad.jsonl")
-    run = subprocess.run([sys.executable, "-m", "harness", "check", str(path), "--report-dir",
+    run = subprocess.run([sys.executable, "-m", "ferry_harness", "check", str(path), "--report-dir",
                           str(tmp_path / "fail"), "--target-caps", "full"],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1, run.stdout + run.stderr
@@ -145,6 +145,6 @@ def test_recorder_and_check_command(tmp_path):
 
 def test_check_command_rejects_an_unreadable_history(tmp_path):
     (tmp_path / "h.jsonl").write_text("not json\n")
-    run = subprocess.run([sys.executable, "-m", "harness", "check", str(tmp_path / "h.jsonl")],
+    run = subprocess.run([sys.executable, "-m", "ferry_harness", "check", str(tmp_path / "h.jsonl")],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "cannot read" in run.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.run.campaign import Campaign, CampaignConfig
+from ferry_harness.run.campaign import Campaign, CampaignConfig
 
 
 def _run(target: str, tmp_path, budget: float, seed: int = 0):

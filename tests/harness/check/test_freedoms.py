@@ -6,10 +6,10 @@ a paired history with the real bug next to it (it must still be caught, under it
 
 from __future__ import annotations
 
-from harness.check.checker import Checker
-from harness.check.history import FAIL, Op
-from harness.check.model import ModelConfig, bad_arguments
-from harness.check.ops import FEATURES
+from ferry_harness.check.checker import Checker
+from ferry_harness.check.history import FAIL, Op
+from ferry_harness.check.model import ModelConfig, bad_arguments
+from ferry_harness.check.ops import FEATURES
 from tests.histories import DECLARED, SPEC_STORE, T0, TOKEN_A, TOKEN_B, Recorder
 
 QTTL = 100  # queue window of the tasks below; their lease ends at T0 + 50

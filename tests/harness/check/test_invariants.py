@@ -9,20 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from harness.check.checker import Checker, fuzz_invariants
-from harness.check.history import FAIL, INFO
-from harness.check.invariant import INVARIANTS, NEEDS
-from harness.check.invariants.crash_audit import FINAL_READ, crash_invariants
-from harness.check.invariants.crash_rounds import (
+from ferry_harness.check.checker import Checker, fuzz_invariants
+from ferry_harness.check.history import FAIL, INFO
+from ferry_harness.check.invariant import INVARIANTS, NEEDS
+from ferry_harness.check.invariants.crash_audit import FINAL_READ, crash_invariants
+from ferry_harness.check.invariants.crash_rounds import (
     CAMPAIGN_ROUND,
     KILLED_HOLDER,
     RESCUE,
     KilledHolder,
     Rescue,
 )
-from harness.check.invariants.expectations import EXPECT, ScenarioExpectations
-from harness.check.ops import FEATURES, PROTOCOL, STRICT_CHOICES
-from harness.errors import HarnessError
+from ferry_harness.check.invariants.expectations import EXPECT, ScenarioExpectations
+from ferry_harness.check.ops import FEATURES, PROTOCOL, STRICT_CHOICES
+from ferry_harness.errors import HarnessError
 from tests.histories import T0, TOKEN_A, TOKEN_B, Recorder
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -292,8 +292,8 @@ def _imports(path: Path) -> list[tuple[str, list[str], bool]]:
 def test_the_check_layer_imports_only_itself_and_errors():
     for path in (ROOT / "harness" / "check").rglob("*.py"):
         for module, _names, _top in _imports(path):
-            if module.startswith("harness"):
-                assert module.startswith(("harness.check", "harness.errors")), (path, module)
+            if module.startswith("ferry_harness"):
+                assert module.startswith(("ferry_harness.check", "ferry_harness.errors")), (path, module)
 
 
 @pytest.mark.parametrize("owned", ["harness/check", "harness/tools/crash.py",
@@ -303,11 +303,11 @@ def test_no_private_name_crosses_a_module(owned):
     paths = [ROOT / owned] if owned.endswith(".py") else list((ROOT / owned).rglob("*.py"))
     for path in paths:
         for module, names, _top in _imports(path):
-            if module.startswith(("harness", "scenarios", "ferry_core")):
+            if module.startswith(("ferry_harness", "ferry_scenarios", "ferry_core")):
                 assert not [n for n in names if n.startswith("_")], (path, module, names)
 
 
 def test_tools_do_not_import_the_cli():
     for path in (ROOT / "harness" / "tools").glob("*.py"):
         for module, _names, _top in _imports(path):
-            assert not module.startswith("harness.cli"), (path, module)
+            assert not module.startswith("ferry_harness.cli"), (path, module)

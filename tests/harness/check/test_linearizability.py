@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harness.check.checker import Checker
-from harness.check.history import FAIL, INFO, OK, History, Op
-from harness.check.linearizability import check_history
+from ferry_harness.check.checker import Checker
+from ferry_harness.check.history import FAIL, INFO, OK, History, Op
+from ferry_harness.check.linearizability import check_history
 
 T = "task-1"
 TOK_A = "aaaaaaaa-0000-4000-8000-000000000001"

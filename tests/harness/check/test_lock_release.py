@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.check.checker import Checker
+from ferry_harness.check.checker import Checker
 from tests.histories import SPEC_STORE, T0, Recorder
 
 

@@ -4,9 +4,9 @@ features (PROTOCOL.md#taskview-fields: ``result`` is compared only for a store w
 
 from __future__ import annotations
 
-from harness.check.checker import Checker
-from harness.check.model import ModelConfig
-from harness.check.ops import FEATURES, PROTOCOL
+from ferry_harness.check.checker import Checker
+from ferry_harness.check.model import ModelConfig
+from ferry_harness.check.ops import FEATURES, PROTOCOL
 from tests.histories import SPEC_STORE, TOKEN_A, Recorder
 
 # a sound queue that keeps no results: every operation, every feature but ``results``

@@ -25,9 +25,9 @@ from hypothesis.stateful import (
 )
 
 from ferry_core import LeaseStore, ManualClock
-from harness.check.history import Op
-from harness.check.model import SequentialModel
-from harness.runtime.calls import execute
+from ferry_harness.check.history import Op
+from ferry_harness.check.model import SequentialModel
+from ferry_harness.runtime.calls import execute
 
 AGENTS = ("alice", "bob", "carol")
 

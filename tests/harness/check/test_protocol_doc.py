@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ferry_core import errors
-from harness.check import ops
-from harness.check.checker import INVARIANTS
+from ferry_harness.check import ops
+from ferry_harness.check.checker import INVARIANTS
 
 ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "PROTOCOL.md"
@@ -70,7 +70,7 @@ def test_anchors_are_unique(doc: str) -> None:
 def test_every_invariant_has_its_section(doc: str) -> None:
     under = section(doc, "Invariants")
     assert sorted(under) == sorted(INVARIANTS), (
-        "## Invariants must have one ### section per harness.check.checker.INVARIANTS id; "
+        "## Invariants must have one ### section per ferry_harness.check.checker.INVARIANTS id; "
         f"missing {sorted(set(INVARIANTS) - set(under))}, extra {sorted(set(under) - set(INVARIANTS))}")
 
 
@@ -111,7 +111,7 @@ def test_product_references_resolve(doc: str) -> None:
 
 
 def test_scenarios_point_into_the_protocol() -> None:
-    from scenarios import SCENARIOS
+    from ferry_scenarios import SCENARIOS
 
     bad = {name: s.source for name, s in SCENARIOS.items() if not REF.fullmatch(s.source)}
     assert not bad, f"scenario sources must be PROTOCOL.md#anchor: {bad}"

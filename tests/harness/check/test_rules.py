@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.check import rules
-from harness.check.invariant import INVARIANTS, Violation
-from harness.check.rules import RULES, Rule, anchor_for, rule_for
+from ferry_harness.check import rules
+from ferry_harness.check.invariant import INVARIANTS, Violation
+from ferry_harness.check.rules import RULES, Rule, anchor_for, rule_for
 from tests.harness.check.test_protocol_doc import headings, slug
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -281,7 +281,7 @@ def test_a_finding_points_at_its_rule():
 
 # ------------------------------------------------------------------------ fixtures
 FIXTURE = '''
-from harness.check.invariant import Violation
+from ferry_harness.check.invariant import Violation
 
 def _pair(x):
     if x:

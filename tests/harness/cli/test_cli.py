@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli.main import main
+from ferry_harness.cli.main import main
 from tests.procs import children_of
 
 REPORT_FILES = ("report.json", "report.md", "history.jsonl", "timeline.html")
@@ -81,7 +81,7 @@ def test_ctrl_c_stops_every_worker(tmp_path):
     libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans of the run become our children
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness", "fuzz", "--budget", "60", "--quiet",
+            [sys.executable, "-m", "ferry_harness", "fuzz", "--budget", "60", "--quiet",
              "--report-dir", str(tmp_path)], cwd=Path(__file__).resolve().parents[3],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 20

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.check.checker import INVARIANTS
-from harness.cli.main import main
-from harness.errors import UsageError
-from harness.report.paths import json_text
-from harness.report.protocol import protocol_text, section, sections
-from harness.run.campaign import CampaignConfig
+from ferry_harness.check.checker import INVARIANTS
+from ferry_harness.cli.main import main
+from ferry_harness.errors import UsageError
+from ferry_harness.report.paths import json_text
+from ferry_harness.report.protocol import protocol_text, section, sections
+from ferry_harness.run.campaign import CampaignConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 ANCHOR = re.compile(r"PROTOCOL\.md#([A-Za-z0-9_{}.-]*)")
@@ -48,7 +48,7 @@ def test_the_installed_protocol_is_the_repository_one():
     assert protocol_text() == (ROOT / "PROTOCOL.md").read_text(encoding="utf-8")
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert "PROTOCOL.md" in pyproject["tool"]["setuptools"]["package-data"]["harness"]
+    assert "PROTOCOL.md" in pyproject["tool"]["setuptools"]["package-data"]["ferry_harness"]
 
 
 def test_every_anchor_named_in_the_harness_resolves_to_a_section():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scenarios import SCENARIOS
+from ferry_scenarios import SCENARIOS
 from tests.gate_sources import LOCK_BROKEN, OK_STORE
 
 pytest_plugins = ["pytester"]
@@ -20,7 +20,7 @@ N_SCENARIOS = len(SCENARIOS)
 
 
 USER_TEST = "def test_mine():\n    assert 1 + 1 == 2\n"
-GATE_FILE = 'from harness.cli.pytest_plugin import ferry_gate\n\ngate = ferry_gate("ok:make")\n'
+GATE_FILE = 'from ferry_harness.cli.pytest_plugin import ferry_gate\n\ngate = ferry_gate("ok:make")\n'
 
 
 ROOT = Path(__file__).resolve().parents[3]  # the subprocesses import this checkout's ferry

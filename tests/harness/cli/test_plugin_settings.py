@@ -26,7 +26,7 @@ RAISING = "def make(path, *, clock):\n    raise RuntimeError('cannot connect to 
 
 USER_TEST = """
 def test_default_workers(ferry_race, ferry_workers, ferry_history):
-    from harness import PlannedCall
+    from ferry_harness import PlannedCall
     assert ferry_workers.size == 4  # README: --ferry-workers defaults to 4
     [d] = ferry_workers.run([PlannedCall(slot=0, op="dispatch", args={"target_agent": None},
                                          agent="client")], ferry_history)
@@ -82,7 +82,7 @@ def test_a_bad_ini_value_is_a_usage_error_naming_the_ini_key(project):
 
 def test_a_gate_with_a_bad_target_is_one_collection_error(project):
     _ini(project)
-    project.makepyfile(test_gate="from harness import ferry_gate\n"
+    project.makepyfile(test_gate="from ferry_harness import ferry_gate\n"
                        "test_gate = ferry_gate('no_such_module:make')\n")
     result = project.runpytest_subprocess("test_gate.py")
     assert result.ret == pytest.ExitCode.INTERRUPTED  # errors during collection

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]  # the subprocesses import this check
 
 USER_TEST = """
 def test_one_winner(ferry_race, ferry_workers, ferry_history, ferry_check):
-    from harness import PlannedCall
+    from ferry_harness import PlannedCall
     [d] = ferry_workers.run([PlannedCall(slot=0, op="dispatch", args={"target_agent": None},
                                          agent="client")], ferry_history)
     ops = ferry_race("claim", {"task_id": d.value}, agents=["a", "b", "c"])

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.cli import scenario as scenario_cli
-from harness.cli.main import main
-from harness.report.schema import Report, report_from_json
-from harness.tools.crash import summary_lines
+from ferry_harness.cli import scenario as scenario_cli
+from ferry_harness.cli.main import main
+from ferry_harness.report.schema import Report, report_from_json
+from ferry_harness.tools.crash import summary_lines
 from tests.procs import children_of
 
 
@@ -105,12 +105,12 @@ def test_replay_finds_the_target_from_another_directory(tmp_path):
     (proj / "herestore.py").write_text(
         f"import sys\nsys.path.insert(0, {str(root)!r})\n"
         "from tests.broken_stores import check_then_act as make\n")
-    run = subprocess.run([sys.executable, "-m", "harness", "fuzz", "--target", "herestore:make",
+    run = subprocess.run([sys.executable, "-m", "ferry_harness", "fuzz", "--target", "herestore:make",
                           "--budget", "5", "--seed", "0", "--quiet", "--example-db", "none",
                           "--report-dir",
                           str(proj / "r")], cwd=proj, capture_output=True, text=True, timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr
-    again = subprocess.run([sys.executable, "-m", "harness", "replay", str(proj / "r"),
+    again = subprocess.run([sys.executable, "-m", "ferry_harness", "replay", str(proj / "r"),
                             "--tries", "2"], cwd=tmp_path, capture_output=True, text=True,
                            timeout=120)
     assert again.returncode == 1, again.stdout + again.stderr

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
-from harness.check.history import FAIL, INFO, OK, Op
-from harness.report.markdown import render_markdown
-from harness.report.schema import report_from_json
-from harness.report.story import format_step
-from harness.report.timeline import render_timeline
+from ferry_harness.check.history import FAIL, INFO, OK, Op
+from ferry_harness.report.markdown import render_markdown
+from ferry_harness.report.schema import report_from_json
+from ferry_harness.report.story import format_step
+from ferry_harness.report.timeline import render_timeline
 
 NOW = 1_000_000_100
 TOKEN = "0f0e0d0c-0000-4000-8000-000000000001"

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from harness.check.history import Op
-from harness.report.schema import (
+from ferry_harness.check.history import Op
+from ferry_harness.report.schema import (
     FuzzStats,
     Report,
     ScheduleSearch,

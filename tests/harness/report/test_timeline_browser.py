@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from harness.check.history import Op
-from harness.report import timeline
-from harness.report.markdown import render_markdown
-from harness.report.schema import report_from_json, report_to_json
-from harness.report.timeline import render_timeline
+from ferry_harness.check.history import Op
+from ferry_harness.report import timeline
+from ferry_harness.report.markdown import render_markdown
+from ferry_harness.report.schema import report_from_json, report_to_json
+from ferry_harness.report.timeline import render_timeline
 from tests import timeline_cases
 from tests.timeline_cases import CASES
 
@@ -272,7 +272,7 @@ def test_twenty_thousand_ops_render_fast_and_stay_usable(browser: Any, tmp_path:
 
 def test_a_real_run_explains_itself(browser: Any, tmp_path: Path) -> None:
     """One real campaign against a broken store (check-then-act claim)."""
-    from harness.run.campaign import Campaign, CampaignConfig
+    from ferry_harness.run.campaign import Campaign, CampaignConfig
 
     cfg = CampaignConfig(target="tests.broken_stores:check_then_act", budget_s=8, seed=0,
                          workers=3, report_dir=str(tmp_path / "run"), shrink_budget_s=3.0)

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.check.checker import Violation
-from harness.check.history import History
-from harness.run.campaign import Campaign, CampaignConfig, Failure
-from harness.run.steps import Dispatch, RaceClaim
+from ferry_harness.check.checker import Violation
+from ferry_harness.check.history import History
+from ferry_harness.run.campaign import Campaign, CampaignConfig, Failure
+from ferry_harness.run.steps import Dispatch, RaceClaim
 from tests.procs import group_members
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[3]
 # clock for every process on Linux) as its CLI starts: the budget is measured from there,
 # not from the parent's clock, which also counts the interpreter and import start-up.
 STAMP = "ferry-cli-start "
-_CHILD = ("import sys, time; from harness.cli.main import main; "
+_CHILD = ("import sys, time; from ferry_harness.cli.main import main; "
           f"print({STAMP!r} + repr(time.monotonic()), file=sys.stderr, flush=True); "
           "sys.exit(main(sys.argv[1:]))")
 

@@ -3,9 +3,9 @@ clock (a shared int64) negative: PROTOCOL.md#limits keeps the clock below 2**42 
 
 from __future__ import annotations
 
-from harness.run.executor import START_MS, Executor, KnownClaim
-from harness.run.steps import Clock
-from harness.runtime.clock import SharedClock
+from ferry_harness.run.executor import START_MS, Executor, KnownClaim
+from ferry_harness.run.steps import Clock
+from ferry_harness.runtime.clock import SharedClock
 
 
 class _NoPool:

@@ -20,8 +20,8 @@ from hypothesis.database import (
     ReadOnlyDatabase,
 )
 
-from harness.errors import ExampleDbError
-from harness.run.example_db import open_example_db
+from ferry_harness.errors import ExampleDbError
+from ferry_harness.run.example_db import open_example_db
 from tests.gate_sources import LOCK_BROKEN
 
 pytest_plugins = ["pytester"]
@@ -46,7 +46,7 @@ def test_specs(tmp_path):
 
 def test_unreachable_redis_is_a_usage_error(capsys):
     pytest.importorskip("redis", reason="the redis package is in the test extra")
-    from harness.cli.main import main
+    from ferry_harness.cli.main import main
 
     port = _free_port()  # nothing listens there
     assert main(["fuzz", "--example-db", f"redis://127.0.0.1:{port}/0", "--budget", "1"]) == 2

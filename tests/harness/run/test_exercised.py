@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from harness.check.invariant import ALSO_NEEDS, NEEDS, invariant_status
-from harness.check.ops import FEATURES, PROTOCOL
-from harness.run import campaign
-from harness.run.campaign import Campaign, CampaignConfig
-from harness.run.exercised import dependency_judgements, evaluations, with_evaluations
+from ferry_harness.check.invariant import ALSO_NEEDS, NEEDS, invariant_status
+from ferry_harness.check.ops import FEATURES, PROTOCOL
+from ferry_harness.run import campaign
+from ferry_harness.run.campaign import Campaign, CampaignConfig
+from ferry_harness.run.exercised import dependency_judgements, evaluations, with_evaluations
 from tests.capability_stores import LOCKS
 from tests.histories import T0, TOKEN_A, Recorder
 

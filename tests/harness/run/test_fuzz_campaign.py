@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from harness.check.checker import invariant_kind
-from harness.run.campaign import Campaign, CampaignConfig, write_report
+from ferry_harness.check.checker import invariant_kind
+from ferry_harness.run.campaign import Campaign, CampaignConfig, write_report
 from tests.broken_stores import BROKEN
 from tests.reproduction import MIN_HITS, hits
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.run.campaign import Campaign, CampaignConfig
+from ferry_harness.run.campaign import Campaign, CampaignConfig
 from tests.capability_stores import MISSING
 
 

@@ -15,13 +15,13 @@ from contextlib import contextmanager
 import pytest
 
 from ferry_core import LeaseStore
-from harness.check.history import FAIL, INFO, OK
-from harness.run.campaign import Campaign, CampaignConfig
-from harness.run.executor import Executor, Stats
-from harness.run.nemesis import FAULTS, Nemesis, wal_writer
-from harness.run.steps import Fault
-from harness.runtime.client import WorkerPool
-from harness.runtime.clock import SharedClock
+from ferry_harness.check.history import FAIL, INFO, OK
+from ferry_harness.run.campaign import Campaign, CampaignConfig
+from ferry_harness.run.executor import Executor, Stats
+from ferry_harness.run.nemesis import FAULTS, Nemesis, wal_writer
+from ferry_harness.run.steps import Fault
+from ferry_harness.runtime.client import WorkerPool
+from ferry_harness.runtime.clock import SharedClock
 from tests import broken_stores
 from tests.broken_stores import FAULT_BROKEN
 from tests.procs import children_of

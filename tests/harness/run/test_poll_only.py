@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.check.history import FAIL, OK
-from harness.run.campaign import Campaign, CampaignConfig
-from harness.run.executor import Executor, Stats
-from harness.run.nemesis import Nemesis
-from harness.run.steps import Dispatch, Fault
-from harness.runtime.client import WorkerPool
-from harness.runtime.clock import SharedClock
-from harness.runtime.target import load_factory
-from scenarios import SCENARIOS, ScenarioContext
+from ferry_harness.check.history import FAIL, OK
+from ferry_harness.run.campaign import Campaign, CampaignConfig
+from ferry_harness.run.executor import Executor, Stats
+from ferry_harness.run.nemesis import Nemesis
+from ferry_harness.run.steps import Dispatch, Fault
+from ferry_harness.runtime.client import WorkerPool
+from ferry_harness.runtime.clock import SharedClock
+from ferry_harness.runtime.target import load_factory
+from ferry_scenarios import SCENARIOS, ScenarioContext
 from tests import broken_stores
 from tests.poll_only_stores import POLL_ONLY_BROKEN, SLOW_S
 

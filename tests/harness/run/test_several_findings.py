@@ -21,14 +21,14 @@ from typing import ClassVar
 
 from hypothesis.database import InMemoryExampleDatabase
 
-from harness.check.checker import Checker, Violation
-from harness.check.history import History
-from harness.errors import ExitCode
-from harness.report.markdown import render_markdown
-from harness.report.schema import ScheduleSearch, report_from_json
-from harness.report.story import build_story, exit_reason, gate_message
-from harness.report.timeline import render_timeline
-from harness.run.campaign import (
+from ferry_harness.check.checker import Checker, Violation
+from ferry_harness.check.history import History
+from ferry_harness.errors import ExitCode
+from ferry_harness.report.markdown import render_markdown
+from ferry_harness.report.schema import ScheduleSearch, report_from_json
+from ferry_harness.report.story import build_story, exit_reason, gate_message
+from ferry_harness.report.timeline import render_timeline
+from ferry_harness.run.campaign import (
     Campaign,
     CampaignConfig,
     Failure,
@@ -37,7 +37,7 @@ from harness.run.campaign import (
     violation_report,
     write_report,
 )
-from harness.run.steps import Dispatch, Hostile, RaceClaim
+from ferry_harness.run.steps import Dispatch, Hostile, RaceClaim
 from tests.histories import Recorder
 
 COMPOSED = "tests.composed_stores:untyped_and_racy"

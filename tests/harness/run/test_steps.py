@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UsageError
-from harness.run.campaign import _simplifications, public_steps, renumber
-from harness.run.executor import Executor, StepTrace
-from harness.run.steps import (
+from ferry_harness.errors import UsageError
+from ferry_harness.run.campaign import _simplifications, public_steps, renumber
+from ferry_harness.run.executor import Executor, StepTrace
+from ferry_harness.run.steps import (
     KINDS,
     Audit,
     Checkpoint,
@@ -151,8 +151,8 @@ def _imports(path: Path) -> list[tuple[str, str, bool]]:
 
 
 def test_the_nemesis_does_not_know_the_executor():
-    assert all(not mod.startswith(("harness.run.executor", "harness.run.campaign",
-                                   "harness.run.generator"))
+    assert all(not mod.startswith(("ferry_harness.run.executor", "ferry_harness.run.campaign",
+                                   "ferry_harness.run.generator"))
                for mod, _name, _nested in _imports(RUN / "nemesis.py"))
 
 
@@ -161,7 +161,7 @@ def test_no_private_name_is_imported_and_lazy_imports_say_why(module):
     path = RUN / module
     lines = path.read_text().splitlines()
     for mod, name, _nested in _imports(path):
-        if mod.startswith("harness."):
+        if mod.startswith("ferry_harness."):
             assert not name.startswith("_"), f"{module} imports {mod}.{name}"
     tree = ast.parse(path.read_text())
     for f in ast.walk(tree):

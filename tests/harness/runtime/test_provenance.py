@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import harness.runtime.provenance as provenance_module
+import ferry_harness.runtime.provenance as provenance_module
 
 
 def _checkout(tmp_path: Path) -> Path:

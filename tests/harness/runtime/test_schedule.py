@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from harness.cli.main import main
-from harness.run.campaign import Campaign, CampaignConfig, write_report
-from harness.runtime.schedule import Chooser, compact
+from ferry_harness.cli.main import main
+from ferry_harness.run.campaign import Campaign, CampaignConfig, write_report
+from ferry_harness.runtime.schedule import Chooser, compact
 
 
 def fuzz(target: str, tmp_path, budget: float = 30, seed: int = 0):

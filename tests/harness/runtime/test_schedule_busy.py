@@ -10,8 +10,8 @@ from multiprocessing import Pipe
 
 import pytest
 
-from harness.runtime.schedule import Chooser, run_round
-from harness.runtime.wire import AtSchedulePoint, OpDone, Proceed, receive, send
+from ferry_harness.runtime.schedule import Chooser, run_round
+from ferry_harness.runtime.wire import AtSchedulePoint, OpDone, Proceed, receive, send
 
 
 def _done(pipe, i: int, type_: str = "ok", error: str | None = None) -> None:
@@ -93,7 +93,7 @@ def test_the_chooser_prefers_transaction_holders_only_when_asked():
 
 
 def test_a_worker_reports_whether_one_of_its_connections_is_in_a_transaction():
-    from harness.runtime import schedule
+    from ferry_harness.runtime import schedule
 
     con = schedule._connect(":memory:", isolation_level=None)
     other = schedule._connect(":memory:", isolation_level=None)

@@ -8,7 +8,7 @@ import inspect
 import multiprocess as mp
 import pytest
 
-from harness.runtime import wire
+from ferry_harness.runtime import wire
 
 MESSAGES = [cls for _name, cls in inspect.getmembers(wire, inspect.isclass)
             if cls.__module__ == wire.__name__]

@@ -11,11 +11,11 @@ import multiprocess
 import pytest
 
 from ferry_core import LeaseStore
-from harness.cli.main import main
-from harness.errors import TargetError, UsageError
-from harness.tools.bench import matrix, report, runner, stats
-from harness.tools.bench.targets import AS_IS, BenchUsageError, resolve_target
-from harness.tools.bench.worker import WorkerResult
+from ferry_harness.cli.main import main
+from ferry_harness.errors import TargetError, UsageError
+from ferry_harness.tools.bench import matrix, report, runner, stats
+from ferry_harness.tools.bench.targets import AS_IS, BenchUsageError, resolve_target
+from ferry_harness.tools.bench.worker import WorkerResult
 from tests.procs import children_of
 
 RUN_KEYS = ("workers", "strategy", "busy_policy", "claims_per_s", "lifecycles_per_s",
@@ -138,7 +138,7 @@ def test_report_with_plots(small_result, tmp_path):
 
 
 def test_report_without_matplotlib_skips_plots_with_a_note(small_result, tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "harness.tools.bench.plots", None)  # import -> ImportError
+    monkeypatch.setitem(sys.modules, "ferry_harness.tools.bench.plots", None)  # import -> ImportError
     files = report.write_report(dict(small_result), str(tmp_path))
     assert files == ["report.md", "bench.json"]
     assert "Plots skipped" in (tmp_path / "report.md").read_text()

@@ -12,8 +12,8 @@ import os
 import pytest
 
 from ferry_core import LeaseStore
-from harness.errors import HarnessError
-from harness.tools.bench import ceiling, matrix
+from ferry_harness.errors import HarnessError
+from ferry_harness.tools.bench import ceiling, matrix
 from tests.procs import children_of
 
 AGENT = "tracing-agent"

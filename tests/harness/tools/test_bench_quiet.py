@@ -9,7 +9,7 @@ import matplotlib.figure
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from harness.cli.main import main
+from ferry_harness.cli.main import main
 
 USER = "tests.harness.tools.test_bench:stock_store"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from harness.cli.main import main
-from harness.tools.crash import Crash, CrashConfig
+from ferry_harness.cli.main import main
+from ferry_harness.tools.crash import Crash, CrashConfig
 from tests.procs import children_of
 
 
