@@ -139,6 +139,17 @@ def pytest_configure(config):
         settings.load_profile("ferry-thorough")
 
 
+def pytest_collection_modifyitems(config, items):
+    """``thorough`` cases (a second strategy, seed or signal of a case the default run
+    already covers) run only with --ferry-thorough: the default suite has a time budget."""
+    if config.getoption("--ferry-thorough"):
+        return
+    skip = pytest.mark.skip(reason="a further variant of a covered case: --ferry-thorough runs it")
+    for item in items:
+        if item.get_closest_marker("thorough"):
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def ferry_budget(request) -> float:
     """Multiplier for time budgets: 1 by default, 10 with --ferry-thorough."""

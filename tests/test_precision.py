@@ -15,7 +15,7 @@ from ferry_harness.run.campaign import Campaign, CampaignConfig
 from tests.matrix import CORRECT
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.thorough)])
 @pytest.mark.parametrize("mode", ["stress", "schedule"])
 @pytest.mark.parametrize("name", sorted(CORRECT))
 def test_correct_store_has_no_violation(name, mode, seed, tmp_path, ferry_budget):

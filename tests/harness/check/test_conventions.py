@@ -26,7 +26,7 @@ def test_the_same_store_held_to_half_open_fails(tmp_path, ferry_budget):
     assert out.report.violations[0].invariant == "lease-half-open"
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.thorough)])
 def test_a_declared_convention_the_store_does_not_keep_fails(tmp_path, ferry_budget, seed):
     out = _run("tests.broken_stores:inconsistent_closed", tmp_path, 20 * ferry_budget, seed)
     assert out.verdict == "fail"

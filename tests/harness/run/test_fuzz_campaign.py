@@ -39,7 +39,8 @@ def test_broken_store_is_caught_with_its_invariant(factory, tmp_path, ferry_budg
         assert (tmp_path / "r" / name).stat().st_size > 0
 
 
-@pytest.mark.parametrize("target", ["ferry_core:cas_store", "ferry_core:immediate_store"])
+@pytest.mark.parametrize("target", [
+    "ferry_core:cas_store", pytest.param("ferry_core:immediate_store", marks=pytest.mark.thorough)])
 def test_reference_store_passes(target, tmp_path, ferry_budget):
     # a count, not seconds: on a loaded machine 6 s may not reach a DAG step, and "every
     # invariant checked" must not depend on the machine's load

@@ -185,7 +185,8 @@ def test_fault_broken_store_is_caught_by_its_fault(factory, tmp_path, ferry_budg
     assert time.perf_counter() - t0 < 60
 
 
-@pytest.mark.parametrize("target", ["ferry_core:cas_store", "ferry_core:immediate_store"])
+@pytest.mark.parametrize("target", [
+    "ferry_core:cas_store", pytest.param("ferry_core:immediate_store", marks=pytest.mark.thorough)])
 def test_reference_store_passes_a_fault_campaign(target, tmp_path, ferry_budget):
     out = _campaign(target, FAULTS, 8 * ferry_budget, tmp_path, seed=3)  # 4 s saw 0 pauses under load
     assert out.verdict == "pass", out.report.violations[:1]

@@ -42,7 +42,8 @@ def test_two_statement_bug_minimal_schedule_replays_every_time(factory, invarian
     assert "reproduced 10/10" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("target", ["ferry_core:cas_store", "ferry_core:immediate_store"])
+@pytest.mark.parametrize("target", [
+    "ferry_core:cas_store", pytest.param("ferry_core:immediate_store", marks=pytest.mark.thorough)])
 def test_reference_store_passes_schedule_mode(target, tmp_path, ferry_budget):
     outcome, report = fuzz(target, tmp_path, budget=6 * ferry_budget, seed=3)
     assert report["verdict"] == "pass", report["violations"][:1]
