@@ -485,6 +485,28 @@ class LeaseStore:
         """Apply every due expiry (PROTOCOL.md#leases-are-half-open); a read first, so an idle sweep writes nothing."""
         return self.sweep_at(self._now())
 
+    # the sweep's statements (class attributes, like _CLAIM_SET: a test store changes one)
+    #: the earliest due instant at or before ?1: a lease end or a queue window's end
+    _NEXT_DUE_SQL = (
+        "SELECT min(t) FROM ("
+        " SELECT min(lease_expires_at) AS t FROM tasks"
+        "  WHERE status='CLAIMED' AND lease_expires_at <= ?1"
+        " UNION ALL SELECT min(queue_deadline) FROM tasks"
+        "  WHERE status='SUBMITTED' AND queue_deadline <= ?1)"
+    )
+    #: the leases that ended at :t go back to the queue (window from :t) or time out
+    _REQUEUE_SQL = (
+        "UPDATE tasks SET"
+        " status = CASE WHEN attempt < max_attempts THEN 'SUBMITTED' ELSE 'TIMED_OUT' END,"
+        " queued_at = :t, queue_deadline = :t + queue_ttl_ms,"
+        " completed_at = CASE WHEN attempt < max_attempts THEN NULL ELSE :t END,"
+        " error_reason = CASE WHEN attempt < max_attempts THEN NULL"
+        "   ELSE 'lease expired on attempt ' || attempt || ' of ' || max_attempts END,"
+        " claim_token = NULL, claimed_by = NULL, claimed_at = NULL,"
+        " lease_expires_at = NULL, extend_count = 0"
+        " WHERE status='CLAIMED' AND lease_expires_at = :t"
+    )
+
     def _apply_due(self, conn: sqlite3.Connection, now: int) -> int:
         """Inside a write transaction: apply due events in time order, cascading failures.
 
@@ -493,14 +515,7 @@ class LeaseStore:
         """
         changed = 0
         while True:
-            t = conn.execute(
-                "SELECT min(t) FROM ("
-                " SELECT min(lease_expires_at) AS t FROM tasks"
-                "  WHERE status='CLAIMED' AND lease_expires_at <= ?1"
-                " UNION ALL SELECT min(queue_deadline) FROM tasks"
-                "  WHERE status='SUBMITTED' AND queue_deadline <= ?1)",
-                (now,),
-            ).fetchall()[0][0]
+            t = conn.execute(self._NEXT_DUE_SQL, (now,)).fetchall()[0][0]
             if t is None:
                 return changed
             conn.execute(
@@ -508,18 +523,7 @@ class LeaseStore:
                 " (SELECT claim_token FROM tasks WHERE status='CLAIMED' AND lease_expires_at=?1)",
                 (t,),
             )
-            changed += conn.execute(
-                "UPDATE tasks SET"
-                " status = CASE WHEN attempt < max_attempts THEN 'SUBMITTED' ELSE 'TIMED_OUT' END,"
-                " queued_at = ?1, queue_deadline = ?1 + queue_ttl_ms,"
-                " completed_at = CASE WHEN attempt < max_attempts THEN NULL ELSE ?1 END,"
-                " error_reason = CASE WHEN attempt < max_attempts THEN NULL"
-                "   ELSE 'lease expired on attempt ' || attempt || ' of ' || max_attempts END,"
-                " claim_token = NULL, claimed_by = NULL, claimed_at = NULL,"
-                " lease_expires_at = NULL, extend_count = 0"
-                " WHERE status='CLAIMED' AND lease_expires_at = ?1",
-                (t,),
-            ).rowcount
+            changed += conn.execute(self._REQUEUE_SQL, {"t": t, "now": now}).rowcount
             changed += conn.execute(
                 "UPDATE tasks SET status='TIMED_OUT', completed_at=?1,"
                 " error_reason='queue window ended before any claim'"

@@ -182,43 +182,8 @@ class ClosedLeaseStore(LeaseStore):
         # ``now - 1`` (``now`` is used for nothing else there) makes that ``now > expires``.
         return super()._guard(task_id, agent_id, token, now - 1)
 
-    def _apply_due(self, conn: sqlite3.Connection, now: int) -> int:
-        changed = 0
-        while True:
-            t = conn.execute(
-                "SELECT min(t) FROM ("
-                " SELECT min(lease_expires_at) AS t FROM tasks"
-                "  WHERE status='CLAIMED' AND lease_expires_at < ?1"  # BUG: <= ?1
-                " UNION ALL SELECT min(queue_deadline) FROM tasks"
-                "  WHERE status='SUBMITTED' AND queue_deadline <= ?1)",
-                (now,),
-            ).fetchall()[0][0]
-            if t is None:
-                return changed
-            conn.execute(
-                "UPDATE claim_tokens SET retired_at=?1, retired_why='expiry' WHERE token IN"
-                " (SELECT claim_token FROM tasks WHERE status='CLAIMED' AND lease_expires_at=?1)",
-                (t,),
-            )
-            changed += conn.execute(
-                "UPDATE tasks SET"
-                " status = CASE WHEN attempt < max_attempts THEN 'SUBMITTED' ELSE 'TIMED_OUT' END,"
-                " queued_at = ?1, queue_deadline = ?1 + queue_ttl_ms,"
-                " completed_at = CASE WHEN attempt < max_attempts THEN NULL ELSE ?1 END,"
-                " error_reason = CASE WHEN attempt < max_attempts THEN NULL"
-                "   ELSE 'lease expired on attempt ' || attempt || ' of ' || max_attempts END,"
-                " claim_token = NULL, claimed_by = NULL, claimed_at = NULL,"
-                " lease_expires_at = NULL, extend_count = 0"
-                " WHERE status='CLAIMED' AND lease_expires_at = ?1",
-                (t,),
-            ).rowcount
-            changed += conn.execute(
-                "UPDATE tasks SET status='TIMED_OUT', completed_at=?1,"
-                " error_reason='queue window ended before any claim'"
-                " WHERE status='SUBMITTED' AND queue_deadline = ?1",
-                (t,),
-            ).rowcount
-            changed += self._cascade(conn, t)
+    _NEXT_DUE_SQL = LeaseStore._NEXT_DUE_SQL.replace(
+        "lease_expires_at <= ?1", "lease_expires_at < ?1")  # BUG: the sweep sees a lease end 1 ms late
 
     def _view(self, row: tuple, now: int) -> TaskView:
         view = super()._view(row, now)
@@ -557,44 +522,8 @@ class ClosedQueueWindowStore(LeaseStore):
     _PICK_MINE = _PICK_SQL.format("= ?")
     _DUE_SQL = LeaseStore._DUE_SQL.replace("queue_deadline <= ?", "queue_deadline < ?")  # BUG
 
-    def _apply_due(self, conn: sqlite3.Connection, now: int) -> int:
-        # the reference sweep, one millisecond late for queue windows
-        changed = 0
-        while True:
-            t = conn.execute(
-                "SELECT min(t) FROM ("
-                " SELECT min(lease_expires_at) AS t FROM tasks"
-                "  WHERE status='CLAIMED' AND lease_expires_at <= ?1"
-                " UNION ALL SELECT min(queue_deadline) FROM tasks"
-                "  WHERE status='SUBMITTED' AND queue_deadline < ?1)",  # BUG: <= ?1
-                (now,),
-            ).fetchall()[0][0]
-            if t is None:
-                return changed
-            conn.execute(
-                "UPDATE claim_tokens SET retired_at=?1, retired_why='expiry' WHERE token IN"
-                " (SELECT claim_token FROM tasks WHERE status='CLAIMED' AND lease_expires_at=?1)",
-                (t,),
-            )
-            changed += conn.execute(
-                "UPDATE tasks SET"
-                " status = CASE WHEN attempt < max_attempts THEN 'SUBMITTED' ELSE 'TIMED_OUT' END,"
-                " queued_at = ?1, queue_deadline = ?1 + queue_ttl_ms,"
-                " completed_at = CASE WHEN attempt < max_attempts THEN NULL ELSE ?1 END,"
-                " error_reason = CASE WHEN attempt < max_attempts THEN NULL"
-                "   ELSE 'lease expired on attempt ' || attempt || ' of ' || max_attempts END,"
-                " claim_token = NULL, claimed_by = NULL, claimed_at = NULL,"
-                " lease_expires_at = NULL, extend_count = 0"
-                " WHERE status='CLAIMED' AND lease_expires_at = ?1",
-                (t,),
-            ).rowcount
-            changed += conn.execute(
-                "UPDATE tasks SET status='TIMED_OUT', completed_at=?1,"
-                " error_reason='queue window ended before any claim'"
-                " WHERE status='SUBMITTED' AND queue_deadline = ?1",
-                (t,),
-            ).rowcount
-            changed += self._cascade(conn, t)
+    _NEXT_DUE_SQL = LeaseStore._NEXT_DUE_SQL.replace(
+        "queue_deadline <= ?1", "queue_deadline < ?1")  # BUG: the sweep is 1 ms late for windows
 
     def _view(self, row: tuple, now: int) -> TaskView:
         view = super()._view(row, now)

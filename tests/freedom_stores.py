@@ -34,43 +34,10 @@ class LateRequeueStore(LeaseStore):
     with ``queued_at = now`` of the call that applies the expiry (what most queues do), not
     ``lease_expires_at``. A task swept late therefore gets a fresh, later queue window."""
 
-    def _apply_due(self, conn: sqlite3.Connection, now: int) -> int:
-        changed = 0
-        while True:
-            t = conn.execute(
-                "SELECT min(t) FROM ("
-                " SELECT min(lease_expires_at) AS t FROM tasks"
-                "  WHERE status='CLAIMED' AND lease_expires_at <= ?1"
-                " UNION ALL SELECT min(queue_deadline) FROM tasks"
-                "  WHERE status='SUBMITTED' AND queue_deadline <= ?1)",
-                (now,),
-            ).fetchall()[0][0]
-            if t is None:
-                return changed
-            conn.execute(
-                "UPDATE claim_tokens SET retired_at=?1, retired_why='expiry' WHERE token IN"
-                " (SELECT claim_token FROM tasks WHERE status='CLAIMED' AND lease_expires_at=?1)",
-                (t,),
-            )
-            changed += conn.execute(
-                "UPDATE tasks SET"
-                " status = CASE WHEN attempt < max_attempts THEN 'SUBMITTED' ELSE 'TIMED_OUT' END,"
-                " queued_at = ?2, queue_deadline = ?2 + queue_ttl_ms,"  # the freedom: now, not ?1
-                " completed_at = CASE WHEN attempt < max_attempts THEN NULL ELSE ?1 END,"
-                " error_reason = CASE WHEN attempt < max_attempts THEN NULL"
-                "   ELSE 'lease expired on attempt ' || attempt || ' of ' || max_attempts END,"
-                " claim_token = NULL, claimed_by = NULL, claimed_at = NULL,"
-                " lease_expires_at = NULL, extend_count = 0"
-                " WHERE status='CLAIMED' AND lease_expires_at = ?1",
-                (t, now),
-            ).rowcount
-            changed += conn.execute(
-                "UPDATE tasks SET status='TIMED_OUT', completed_at=?1,"
-                " error_reason='queue window ended before any claim'"
-                " WHERE status='SUBMITTED' AND queue_deadline = ?1",
-                (t,),
-            ).rowcount
-            changed += self._cascade(conn, t)
+    # the freedom: the new window starts at the applying call's now, not at the lease end
+    _REQUEUE_SQL = LeaseStore._REQUEUE_SQL.replace(
+        "queued_at = :t, queue_deadline = :t + queue_ttl_ms",
+        "queued_at = :now, queue_deadline = :now + queue_ttl_ms")
 
 
 def late_requeue(path: str, *, clock: Any) -> LateRequeueStore:
