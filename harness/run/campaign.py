@@ -838,6 +838,13 @@ def _simplifications(step: Step) -> list[Step]:
                                                              for r in smaller.schedules)))
         return variants
 
+    if isinstance(step, Fault) and step.fault == "kill":
+        # a timed kill lands where the victim happened to be; a kill right after one of its
+        # commits lands there on every replay (the gap a store's split write leaves)
+        if step.aim != "after-commit":
+            out += [replace(step, aim="after-commit", delay_us=0, after_commits=n) for n in (1, 2)]
+        elif (step.after_commits or 1) > 1:
+            out.append(replace(step, after_commits=(step.after_commits or 1) - 1))
     if isinstance(step, (RaceClaim, RacePoll)) and len(step.agents) > 2:
         out += two_racers(replace(step, agents=step.agents[:2]))
     if isinstance(step, LockRace) and len(step.owners) > 2:

@@ -13,7 +13,9 @@ reads ``probe``, ``zombie``, ``integrity``; the model judges every op, the kille
   ``release_lock`` of the daemon lock, or a ``checkpoint``. Half the kills hunt for the
   moment the victim holds SQLite's WAL write lock (``aim: write-tx``), half fire at a
   random point of the call's measured duration, so every statement of a multi-statement
-  write can be the last one that ran. A claim killed before its commit did not happen; one
+  write can be the last one that ran. A found kill is shrunk to ``aim: after-commit``
+  where it still fails: killed right after the call's first (or second) commit, the
+  victim dies in the same gap on every replay. A claim killed before its commit did not happen; one
   killed after it is an ``info`` op the model lets take effect or not. Then
   :func:`race_at_expiry` on whatever the dead worker may still hold (its lease, at
   ``expires - 1`` and ``expires``; the lock, likewise).
@@ -253,7 +255,7 @@ class FaultRunner:
     def _draw_aim_delay(self, s: Fault, op: str) -> tuple[Fault, float]:
         if s.aim is None:
             s = replace(s, aim=self.nemesis.draw_aim())
-        if s.aim == "write-tx":
+        if s.aim in ("write-tx", "after-commit"):
             if s.delay_us is None:
                 s = replace(s, delay_us=0)
             return s, 0.0
@@ -265,7 +267,8 @@ class FaultRunner:
         """Run ``call`` with a kill armed; (its op, whether the kill fired, the killer)."""
         pool = self.ex.pool
         old_id = pool.slots[call.slot].id
-        killer = self.nemesis.kill_timer(pool, call.slot, delay, aim=s.aim or "random")
+        killer = self.nemesis.kill_timer(pool, call.slot, delay, aim=s.aim or "random",
+                                         after_commits=s.after_commits or 1)
         killer.arm(time.monotonic_ns())
         try:
             [op] = self.ex.run_calls([call])

@@ -28,6 +28,7 @@ import os
 import random
 import signal
 import struct
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -41,10 +42,35 @@ WAL_WRITE_LOCK_BYTE = 120  # SQLite unix VFS: the WAL writer locks byte 120 of t
 DEFAULT_WINDOW_NS = (200_000, 400_000)  # where a fulfill runs, before we measured one
 # Half the kills hunt for the write transaction (polling F_GETLK), half fire at a
 # random point of the operation: a timer alone rarely lands in a ~50 µs transaction.
-AIMS = ("write-tx", "random")
+AIMS = ("write-tx", "random")  # drawn; "after-commit" is the shrinker's (see TimedKill)
+AFTER_COMMIT_WAIT_S = 1.0  # aim after-commit: the longest wait for the commits, s
 
 
 # ------------------------------------------------------------------ process-level tools
+WAL_INDEX_ICHANGE = 8  # byte offset in the ``-shm`` file of the wal-index header's iChange
+_ICHANGE_MASK = 2 ** 32 - 1
+
+
+def wal_changes(db_path: str | None) -> int | None:
+    """The wal-index header's change counter (``iChange``: SQLite adds one at each commit
+    and WAL restart), read from the ``-shm`` file without a lock; None where there is none.
+
+    A commit is visible to the controller only here: the WAL file grows inside the
+    transaction too, but the header is written once its commit frame is.
+    """
+    if not db_path:
+        return None
+    try:
+        fd = os.open(db_path + "-shm", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        raw = os.pread(fd, 4, WAL_INDEX_ICHANGE)
+    finally:
+        os.close(fd)
+    return int.from_bytes(raw, sys.byteorder) if len(raw) == 4 else None
+
+
 def _proc_state(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -145,11 +171,12 @@ class TimedKill:
     """
 
     def __init__(self, pool: WorkerPool, slot: int, delay_s: float, *,
-                 aim: str = "random", hunt_s: float = 0.05) -> None:
+                 aim: str = "random", hunt_s: float = 0.05, after_commits: int = 1) -> None:
         self.pool = pool
         self.slot = slot
         self.delay_s = delay_s
         self.aim = aim
+        self.after_commits = after_commits
         self.hunt_s = hunt_s
         self.worker: Worker = pool.slots[slot]
         self.path = pool.path
@@ -177,6 +204,9 @@ class TimedKill:
             # hunt from the start: woken only by arm(), the thread would start ~0.5 ms late
             # (the main thread holds the GIL while it sends the round), after short calls
             self._hunt(pid)
+        elif self.aim == "after-commit":
+            if not self._after_commits():
+                return
         else:
             self._armed.wait()
             if not wait_until(self._deadline_ns, self._cancel):
@@ -194,6 +224,29 @@ class TimedKill:
                 self.killed = True
             except ProcessLookupError:
                 pass
+
+    def _after_commits(self) -> bool:
+        """Aim ``after-commit``: wait until the victim's call has committed
+        ``after_commits`` write transactions (the wal-index change counter moved and the
+        WAL write lock is free again), then kill it there, between two transactions or
+        after its last one. The landing does not depend on timing, so a replay lands in
+        the same gap. False: the call finished first, or no commit came in time."""
+        base = wal_changes(self.path)
+        if base is None:
+            return False
+        seen, done, give_up = base, 0, None
+        while not self._cancel.is_set():
+            if give_up is None and self._armed.is_set():
+                give_up = time.monotonic() + max(self.hunt_s, AFTER_COMMIT_WAIT_S)
+            elif give_up is not None and time.monotonic() > give_up:
+                return False
+            now = wal_changes(self.path)
+            if now is not None and now != seen and wal_writer(self.path) is None:
+                done, seen = done + 1, now  # (a restart and its commit count once)
+                if done >= self.after_commits:
+                    return True
+            time.sleep(0)
+        return False
 
     def _hunt(self, pid: int) -> None:
         """Aimed kill: poll ``F_GETLK`` until the victim holds the WAL write lock, freeze it,
@@ -304,10 +357,11 @@ class Nemesis:
         clock.advance(ms)
 
     @staticmethod
-    def kill_timer(pool: WorkerPool, slot: int, delay_s: float, *, aim: str) -> TimedKill:
+    def kill_timer(pool: WorkerPool, slot: int, delay_s: float, *, aim: str,
+                   after_commits: int = 1) -> TimedKill:
         """A kill of the worker in ``slot``: ``arm()`` it just before the round, ``finish()``
         it after (see :class:`TimedKill`)."""
-        return TimedKill(pool, slot, delay_s, aim=aim)
+        return TimedKill(pool, slot, delay_s, aim=aim, after_commits=after_commits)
 
     @staticmethod
     def freeze(pool: WorkerPool, slot: int) -> tuple[int, bool]:

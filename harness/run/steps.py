@@ -145,7 +145,9 @@ class Fault(Scheduled):
     claim: int | None = None  # kill/pause: reference to the victim claim (None: the newest)
     slot: int | None = None  # kill/pause: worker slot of the fresh victim lease, if one is made
     exec_ttl_ms: int | None = None  # kill/pause: lease length of that fresh victim task, ms
-    aim: str | None = None  # kill: "write-tx" (hunt for the write transaction) or "random"
+    aim: str | None = None  # kill: "write-tx" (hunt for the write transaction), "random",
+    # or "after-commit" (the shrinker's: right after the call's after_commits-th commit)
+    after_commits: int | None = None  # kill aim after-commit: commits let through first
     delay_us: int | None = None  # kill/pause: from the send of the victim's call, µs
     during: str | None = None  # kill: the call it lands in (faults.DURING; "any": drawn; None: fulfill)
     tick: int | None = None  # clock: jump forward this many ms (None: 1000)
