@@ -181,3 +181,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         what, fix = SYSTEM_NEEDS[program]
         terminalreporter.write_line(f"{count} test(s) skipped, {what}: {program} not found "
                                     f"({fix}; .ci/run installs it)", yellow=True)
+
+
+def one_mode_each(names) -> list:
+    """``(name, mode)`` cases: each name in one mode by default, alternating so each mode
+    gets half the names; the other mode is a ``thorough`` case (--ferry-thorough runs both)."""
+    cases = []
+    for i, name in enumerate(sorted(names)):
+        for j, mode in enumerate(("stress", "schedule")):
+            marks = () if (i + j) % 2 == 0 else (pytest.mark.thorough,)
+            cases.append(pytest.param(name, mode, marks=marks, id=f"{name}-{mode}"))
+    return cases

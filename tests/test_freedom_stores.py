@@ -11,6 +11,7 @@ import pytest
 
 from ferry_harness.run.campaign import Campaign, CampaignConfig, Runner
 from ferry_harness.run.steps import Clock, Dispatch, IdlePoll, RaceClaim, Reads
+from tests.conftest import one_mode_each
 from tests.freedom_stores import FREEDOM_STORES
 
 # a lease ends at +50; a sweep applies it at +700, long after the window ferry_core would
@@ -67,8 +68,7 @@ def test_a_dependent_of_a_dead_task_may_wait_for_the_next_sweep():
     assert _statuses(ex, ex.tasks[1])[:2] == ["SUBMITTED", "FAILED"]
 
 
-@pytest.mark.parametrize("mode", ["stress", "schedule"])
-@pytest.mark.parametrize("name", sorted(FREEDOM_STORES))
+@pytest.mark.parametrize(("name", "mode"), one_mode_each(FREEDOM_STORES))
 def test_freedom_store_passes_a_short_campaign(name, mode, tmp_path, ferry_budget):
     cfg = CampaignConfig(target=FREEDOM_STORES[name], budget_s=3.0 * ferry_budget, seed=1,
                          mode=mode, report_dir=str(tmp_path / "r"))

@@ -1,4 +1,5 @@
-"""Precision: every independently written correct store passes, in both modes.
+"""Precision: every independently written correct store passes (the default run takes
+each in one mode, alternating; --ferry-thorough and the matrix take both).
 
 The stores in ``tests/variants/`` were written from the protocol alone, by people who had
 not read ferry_core or the model; each differs from ferry_core wherever the protocol allows
@@ -12,12 +13,12 @@ from __future__ import annotations
 import pytest
 
 from ferry_harness.run.campaign import Campaign, CampaignConfig
+from tests.conftest import one_mode_each
 from tests.matrix import CORRECT
 
 
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.thorough)])
-@pytest.mark.parametrize("mode", ["stress", "schedule"])
-@pytest.mark.parametrize("name", sorted(CORRECT))
+@pytest.mark.parametrize(("name", "mode"), one_mode_each(CORRECT))
 def test_correct_store_has_no_violation(name, mode, seed, tmp_path, ferry_budget):
     cfg = CampaignConfig(target=CORRECT[name], budget_s=3.0 * ferry_budget, seed=seed, mode=mode,
                          report_dir=str(tmp_path / "r"))

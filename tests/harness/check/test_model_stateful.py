@@ -178,7 +178,9 @@ def test_ci_does_not_shrink_and_a_local_profile_does():
     assert Phase.shrink in phases("ferry-dev") and Phase.shrink in phases("ferry-thorough")
 
 
-@pytest.mark.parametrize("machine", [StoreVersusModel, ImmediateStoreVersusModel], ids=["cas", "immediate"])
+@pytest.mark.parametrize("machine", [
+    StoreVersusModel, pytest.param(ImmediateStoreVersusModel, marks=pytest.mark.thorough)],
+    ids=["cas", "immediate"])
 def test_store_matches_model(machine):
     run_state_machine_as_test(
         machine, settings=settings(max_examples=80, stateful_step_count=40, deadline=None,

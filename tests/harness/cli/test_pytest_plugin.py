@@ -44,14 +44,16 @@ def run(project: pytest.Pytester, *args: str):
                                         "--ferry-seed", "0", "-p", "no:randomly", *args)
 
 
-@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+@pytest.mark.parametrize("xdist", [[], pytest.param(["-n", "2"], marks=pytest.mark.thorough)],
+                         ids=["serial", "xdist"])  # (xdist: test_gate_collection.py)
 def test_gate_passes_on_a_correct_store(project, xdist):
     result = run(project, "--ferry-target", "ok:make", *xdist)
     result.assert_outcomes(passed=13)  # 11 scenarios + the fuzz campaign + the user's test
     assert result.ret == 0
 
 
-@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+@pytest.mark.parametrize("xdist", [[], pytest.param(["-n", "2"], marks=pytest.mark.thorough)],
+                         ids=["serial", "xdist"])  # (xdist: test_gate_collection.py)
 def test_gate_fails_on_a_broken_store_naming_the_invariant(project, xdist):
     junit = project.path / "junit.xml"
     result = run(project, "--ferry-target", "broken:make", f"--junitxml={junit}", *xdist)
