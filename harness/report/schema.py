@@ -79,6 +79,9 @@ class ViolationReport:
     best_mode: str | None = None  # the mode that gave it: "stress" or "schedule"
     # what every report says, e.g. "10/10 in schedule mode (2/10 in stress)"
     reproduction: str | None = None
+    # the minimal example fails with every call alone, one after another (no race needed);
+    # None: no generated steps (a scenario, check, crash)
+    sequential: bool | None = None
 
     @property
     def protocol(self) -> str:
@@ -407,6 +410,7 @@ def _violation(d: Mapping[str, Any]) -> ViolationReport:
         best_reproduced=_str(d.get("best_reproduced")),
         best_mode=_str(d.get("best_mode")),
         reproduction=_str(d.get("reproduction")),
+        sequential=d["sequential"] if isinstance(d.get("sequential"), bool) else None,
     )
 
 

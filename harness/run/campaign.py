@@ -663,6 +663,9 @@ def violation_report(v: Violation, failure: Failure,
     counted = f"{reproduced[0]}/{reproduced[1]}" if reproduced is not None else None
     stopped = reproduced[1] < REPLAY_TRIES if reproduced is not None else None
     best, best_mode, said = best_reproduction(counted, mode, schedule, stopped)
+    alone = bool(failure.steps) and sequential(failure.history)
+    if alone and said:
+        said += "; sequential: one call at a time, no race needed"
     return violation_entry(
         v, failure.history, steps=tuple(public_steps(failure.steps)),
         schedule=" | ".join(schedules) if schedules else None,
@@ -670,7 +673,8 @@ def violation_report(v: Violation, failure: Failure,
         schedule_trace=(schedule_trace(failure.history, involved_ops(v)) if schedules
                         else None),
         reproduced=counted, replays_stopped_at_budget=stopped, schedule_mode=schedule,
-        best_reproduced=best, best_mode=best_mode, reproduction=said)
+        best_reproduced=best, best_mode=best_mode, reproduction=said,
+        sequential=alone if failure.steps else None)
 
 
 def schedule_trace(history: History, involved: set[int]) -> tuple[TraceStatement, ...]:
@@ -730,6 +734,14 @@ def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SH
                 return list(zip(tried, traces, strict=False)), got
         return None
 
+    # the sequential form first: every round's calls one after another (PROTOCOL.md: a bug
+    # that needs no race is reported as sequential, and replays whatever the machine does)
+    for order in ("in-order", "reversed"):
+        if not any(isinstance(s, Scheduled) and not s.sequential for s, _t in steps) or not more():
+            break
+        res = attempt([(_one_at_a_time(s, order), t) for s, t in steps])
+        if res:
+            steps, best = res
     # steps that did nothing in the failing run (no operation at all) go first, together
     busy = [(s, t) for s, t in steps if t.ops > 0]
     if len(busy) < len(steps) and more():
@@ -762,6 +774,23 @@ def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SH
     # keep the shrunk steps (an explicit schedule prefix, then the default order), not the
     # full decision lists the executor recorded while running them
     return _shrunk(steps, best)
+
+
+def _one_at_a_time(step: Step, order: str) -> Step:
+    """The step with its racing rounds run one call after another in ``order`` (no
+    schedule to follow)."""
+    if not isinstance(step, Scheduled):
+        return step
+    return replace(step, sequential=order, schedules=(), pct=None)
+
+
+def sequential(history: History) -> bool:
+    """Did every round of ``history`` run one call alone (no two calls in flight at once)?"""
+    calls: dict[int, int] = {}
+    for o in history:
+        if o.round is not None:
+            calls[o.round] = calls.get(o.round, 0) + 1
+    return bool(calls) and max(calls.values()) == 1
 
 
 def _shrunk(steps: list[tuple[Step, StepTrace]], best: Failure) -> Failure:

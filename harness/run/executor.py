@@ -116,6 +116,9 @@ class Executor:
         if missing:  # PROTOCOL.md#missing-methods: never a call to an operation it lacks
             raise HarnessError(f"the executor planned {', '.join(missing)}, which the target "
                                "does not have (a step must check the capabilities first)")
+        if len(calls) > 1 and isinstance(self._step, Scheduled) and self._step.sequential:
+            order = calls[::-1] if self._step.sequential == "reversed" else calls
+            return [op for c in order for op in self.run_calls([c])]
         self.round += 1
         chooser = self._chooser() if len(calls) > 1 else None
         if len(calls) > 1:

@@ -37,6 +37,9 @@ class Scheduled:
     pct: int | None = None  # seed of the PCT drawer for this step's race rounds; None: default
     schedules: tuple[tuple[int, ...], ...] = ()  # per multi-call round, the worker chosen at
     # each schedule point, recorded when the step ran (a replay follows these, then the default order)
+    sequential: str | None = None  # the shrinker's sequential form: a round's calls run one
+    # after another, each alone, "in-order" (worker 0 first) or "reversed" (a failure that
+    # still shows needs no race); None: they race
 
 
 @dataclass(frozen=True, kw_only=True)
