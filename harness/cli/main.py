@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="an operation still running after this long is killed and reported "
                       "as a liveness finding (default: 20 × the slowest operation seen, "
                       "between 3 and 10 s)")
+    fuzz.add_argument("--db-dir", default=None, metavar="WHERE",
+                      help="where each example's database file is made: auto (default: "
+                      "/dev/shm when it is a tmpfs, else the system temp directory), disk "
+                      "(the system temp directory: a store that stalls on a real disk is a "
+                      "finding too) or a directory; the report's stats say which")
     fuzz.add_argument("--quiet", action="store_true", help="no progress display")
 
     replay = sub.add_parser("replay", help="re-run the minimal failing example of a report",
@@ -201,7 +206,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                          report_dir=report_dir, steps_per_example=args.steps,
                          faults=args.faults, mode=args.mode, op_timeout_s=args.op_timeout,
                          wal_bound_bytes=args.wal_bound,
-                         database=database)
+                         database=database, db_dir=args.db_dir)
     show, stop = _progress_printer(args.quiet)
     campaign = Campaign(cfg, progress=show)
     try:

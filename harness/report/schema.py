@@ -177,6 +177,8 @@ class FuzzStats:
     coverage: Coverage = field(default_factory=Coverage)  # what the search exercised
     faults: Mapping[str, int] = field(default_factory=dict)  # fault kind/landing -> count
     stalls: tuple[Stall, ...] = ()  # operations that stalled the others (longest first)
+    database_dir: str | None = None  # where the examples' database files were made (--db-dir)
+    database_filesystem: str | None = None  # its file system ("tmpfs": in memory; "ext4", …)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -82,6 +82,7 @@ from ferry_harness.run.steps import (
 )
 from ferry_harness.runtime.client import WorkerPool
 from ferry_harness.runtime.clock import SharedClock
+from ferry_harness.runtime.dbdir import database_dir
 from ferry_harness.runtime.provenance import provenance
 from ferry_harness.runtime.schedule import compact
 from ferry_harness.runtime.target import import_root
@@ -113,6 +114,9 @@ class CampaignConfig:
     database: Any = None
     # seconds an op may run before it is a liveness finding; None: adaptive (client.py)
     op_timeout_s: float | None = None
+    # where each example's database is made: "auto" (a tmpfs if there is one), "disk" or a
+    # directory (ferry_harness.runtime.dbdir)
+    db_dir: str | None = None
 
     def __post_init__(self) -> None:
         # a NaN budget never ends (every comparison with it is False) and no report can
@@ -179,7 +183,8 @@ class Runner:
         self.clock = SharedClock()
         self.pool = WorkerPool(cfg.target, self.clock, cfg.workers,
                                op_timeout_s=cfg.op_timeout_s, scheduled=cfg.mode == "schedule")
-        self.tmp = tempfile.mkdtemp(prefix="ferry-")
+        self.db_dir = database_dir(cfg.db_dir)
+        self.tmp = tempfile.mkdtemp(prefix="ferry-", dir=self.db_dir.path)
         self.stats = Stats()
         self.checker = Checker(ModelConfig(), wal_bound_bytes=cfg.wal_bound_bytes)
         self.nemesis = Nemesis(cfg.faults) if cfg.faults else None
@@ -618,7 +623,9 @@ class Campaign:
                 coverage=Coverage(ops=dict(sorted(self.coverage["ops"].items())),
                                   steps=dict(sorted(self.coverage["steps"].items()))),
                 faults=dict(stats.faults),
-                stalls=tuple(Stall(op=op, seconds=sec) for op, sec in stats.stalls)),
+                stalls=tuple(Stall(op=op, seconds=sec) for op, sec in stats.stalls),
+                database_dir=self.runner.db_dir.path,
+                database_filesystem=self.runner.db_dir.filesystem),
             budget=Budget(budget_s=self.cfg.budget_s, time_limit_s=self.cfg.time_limit_s(),
                           stopped_at_limit=bool(self.hard_end is not None
                                                 and time.monotonic() >= self.hard_end)),
