@@ -370,15 +370,29 @@ class WorkerPool:
 
     # ---------------------------------------------------------------- store lifecycle
     def open(self, path: str) -> None:
-        """Every worker (re)opens its store on ``path``. A factory that raises is fatal."""
+        """Every worker (re)opens its store on ``path``: slot 0 first (its factory makes
+        the schema), then the others all at once; one whose factory raised then (a store
+        that writes as it opens, busy without a timeout) opens again alone. A factory that
+        raises alone is fatal."""
         self.path = path
-        for slot in range(len(self.slots)):
+        self._open_slot(0)
+        rest = self.slots[1:]
+        for w in rest:
+            send(w.conn, OpenStore(path=path))
+        again = [slot for slot, w in enumerate(rest, 1) if not self._opened(w, tolerate=True)]
+        for slot in again:
             self._open_slot(slot)
 
     def _open_slot(self, slot: int) -> None:
         w = self.slots[slot]
         send(w.conn, OpenStore(path=self.path))
+        self._opened(w)
+
+    def _opened(self, w: Worker, *, tolerate: bool = False) -> bool:
+        """Take ``w``'s answer to OpenStore; False if its factory raised and ``tolerate``."""
         reply = self._recv(w, self.op_timeout_s)
+        if isinstance(reply, StoreOpenFailed) and tolerate:
+            return False
         if isinstance(reply, StoreOpenFailed):
             raise HarnessError(
                 f"the target factory {self.target} raised in a worker: {reply.error}")
@@ -386,6 +400,7 @@ class WorkerPool:
             raise HarnessError(f"worker {w.id} did not open the store within {self.op_timeout_s}s")
         self.capabilities = frozenset(reply.capabilities)
         self.skips = dict(reply.skips)
+        return True
 
     def replace(self, slot: int) -> Worker:
         """Kill the worker in ``slot`` (if alive) and start a fresh one with a new id."""
