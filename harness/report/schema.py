@@ -177,6 +177,15 @@ class FuzzStats:
     coverage: Coverage = field(default_factory=Coverage)  # what the search exercised
     faults: Mapping[str, int] = field(default_factory=dict)  # fault kind/landing -> count
     stalls: tuple[Stall, ...] = ()  # operations that stalled the others (longest first)
+    examples_per_s: float = 0.0  # examples / seconds
+    ops_per_s: float = 0.0  # ops / seconds
+    # where the wall time went, s: opening each example's stores (setup), rounds of calls
+    # (the store calls and the pipes, wake-ups and barriers around them), the checker;
+    # other: generation (Hypothesis), probes, shrink and report bookkeeping
+    setup_s: float = 0.0
+    rounds_s: float = 0.0
+    checking_s: float = 0.0
+    other_s: float = 0.0
     database_dir: str | None = None  # where the examples' database files were made (--db-dir)
     database_filesystem: str | None = None  # its file system ("tmpfs": in memory; "ext4", …)
 

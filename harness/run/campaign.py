@@ -624,6 +624,12 @@ class Campaign:
                                   steps=dict(sorted(self.coverage["steps"].items()))),
                 faults=dict(stats.faults),
                 stalls=tuple(Stall(op=op, seconds=sec) for op, sec in stats.stalls),
+                examples_per_s=round(stats.examples / seconds, 2) if seconds else 0,
+                ops_per_s=round(stats.ops / seconds, 1) if seconds else 0,
+                setup_s=round(stats.setup_s, 3), rounds_s=round(stats.rounds_s, 3),
+                checking_s=round(stats.checking_s, 3),
+                other_s=round(max(0.0, seconds - stats.setup_s - stats.rounds_s
+                                  - stats.checking_s), 3),
                 database_dir=self.runner.db_dir.path,
                 database_filesystem=self.runner.db_dir.filesystem),
             budget=Budget(budget_s=self.cfg.budget_s, time_limit_s=self.cfg.time_limit_s(),

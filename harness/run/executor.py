@@ -12,6 +12,7 @@ kill, pause and clock choreography; the checker judges what it leaves in the his
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -91,7 +92,9 @@ class Executor:
             except FileNotFoundError:
                 pass
         clock.set(START_MS)
+        t0 = time.perf_counter()
         pool.open(path)
+        self.stats.setup_s += time.perf_counter() - t0
         self.capabilities = set(pool.capabilities)
         if os.path.exists(path + "-wal"):
             self.capabilities.add("wal-file")
@@ -123,8 +126,10 @@ class Executor:
         chooser = self._chooser() if len(calls) > 1 else None
         if len(calls) > 1:
             self.stats.race_rounds += 1
+        t0 = time.perf_counter()
         ops = self.pool.run(calls, self.history, round_id=self.round, example=self.example,
                             chooser=chooser)
+        self.stats.rounds_s += time.perf_counter() - t0
         if chooser is not None:
             if self._schedules is None:
                 s = self._step
@@ -228,7 +233,9 @@ class Executor:
             first_task=first[0], first_claim=first[1],
             made_tasks=len(self.tasks) - first[0], made_claims=len(self.claims) - first[1],
             ops=len(new)))
+        t0 = time.perf_counter()
         found = self.checker.check(self.history, new) if new else []
+        self.stats.checking_s += time.perf_counter() - t0
         self.violations.extend(found)
         return found
 

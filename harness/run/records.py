@@ -19,6 +19,11 @@ class Stats:
     faults: dict[str, int] = field(default_factory=dict)
     # ops that kept the others waiting: (op name, seconds), slowest first, a few kept
     stalls: list[tuple[str, float]] = field(default_factory=list)
+    # where the time went, s: opening each example's stores, rounds of calls (the store
+    # calls and their coordination), the checker
+    setup_s: float = 0.0
+    rounds_s: float = 0.0
+    checking_s: float = 0.0
 
     def stalled(self, op: str, seconds: float) -> None:
         self.stalls = sorted(self.stalls + [(op, round(seconds, 3))], key=lambda s: -s[1])[:5]

@@ -43,6 +43,8 @@ FUZZ = {
               "refusals": {"AlreadyClaimed": 2}, "coverage": {"ops": {"claim": 5},
                                                              "steps": {"race_claim": 2}},
               "faults": {"kill": 1}, "stalls": [{"op": "checkpoint", "seconds": 1.2}],
+              "examples_per_s": 2.0, "ops_per_s": 80.0, "setup_s": 0.1, "rounds_s": 0.9,
+              "checking_s": 0.2, "other_s": 0.3,
               "database_dir": "/dev/shm", "database_filesystem": "tmpfs"},
     "budget": {"budget_s": 8.0, "time_limit_s": 18.8, "stopped_at_limit": False},
     "unknown": [], "findings": ["checkpoint ran 1.2s"],

@@ -51,3 +51,13 @@ def test_the_report_says_where_the_databases_were(where, tmp_path):
     assert (stats.database_dir, stats.database_filesystem) == (expected.path, expected.filesystem)
     if where == "chosen":
         assert stats.database_dir == str(own) and os.listdir(own) == []  # removed afterwards
+
+
+def test_the_stats_say_where_the_time_went(tmp_path):
+    stats = Campaign(CampaignConfig(max_examples=2, budget_s=20,
+                                    report_dir=str(tmp_path / "r"))).run().report.stats
+    parts = (stats.setup_s, stats.rounds_s, stats.checking_s, stats.other_s)
+    assert all(p >= 0 for p in parts) and stats.rounds_s > 0 and stats.setup_s > 0
+    assert abs(sum(parts) - stats.seconds) < 0.01 + 1e-3 * len(parts), (parts, stats.seconds)
+    assert stats.examples_per_s == round(stats.examples / stats.seconds, 2)
+    assert stats.ops_per_s == round(stats.ops / stats.seconds, 1)
