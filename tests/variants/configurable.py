@@ -77,6 +77,17 @@ SWITCHES: dict[str, tuple[str, ...]] = {
     "shape": ("dict", "dataclass"),
     # #the-factory "its own connection(s)"
     "connections": ("one", "two"),
+    # #release_lock-on-an-expired-lock (README row 10): the owner's release of its expired
+    # lock nobody took since leaves it (False) or drops it (True)
+    "lock_release": ("keep_expired", "drop_expired"),
+    # #invalidargument (a store without `results`): a non-JSON result refused or accepted
+    "bad_result": ("refuse", "accept"),
+    # #declaring-refusal-order "Argument checks are not in this order": a token that is not
+    # a string refused by the guard (InvalidToken) or as a bad argument first
+    "token_type": ("guard", "argument"),
+    # #limits "without either, a store may still apply it or not": the extend cap on a
+    # store without `lease` or without `queue-ttl`
+    "extend_cap": ("apply", "skip"),
     # #capability-declarations: each feature left out (declared in ferry_capabilities),
     # each operation missing (simply not defined), or everything
     "caps": (
@@ -127,8 +138,16 @@ def meaningful(caps: str) -> frozenset[str]:
     pinned to their default, so a combo's name never claims a behaviour it lacks)."""
     ops, feats, _ = _CAPS[caps]
     if caps == "locks_only":
-        return frozenset({"busy", "connections", "caps"})
+        return frozenset({"busy", "connections", "caps", "lock_release"})
     out = set(SWITCHES)
+    if not _LOCK_OPS <= ops:
+        out.discard("lock_release")
+    if "results" in feats or "fulfill" not in ops:
+        out.discard("bad_result")
+    if "typed-refusals" not in feats:
+        out.discard("token_type")
+    if "limits" not in feats or {"lease", "queue-ttl"} <= feats or "extend" not in ops:
+        out.discard("extend_cap")
     if "lease" not in feats:
         out -= {"late_result", "late_fail", "queued_at"}
         if "queue-ttl" not in feats:
@@ -177,6 +196,10 @@ class Config:
     huge_ttl: str = "refuse"
     shape: str = "dict"
     connections: str = "one"
+    lock_release: str = "keep_expired"
+    bad_result: str = "refuse"
+    token_type: str = "guard"
+    extend_cap: str = "apply"
     caps: str = "full"
 
     def __post_init__(self) -> None:
@@ -795,6 +818,9 @@ class ConfigurableStore:
                 action: Callable[[dict[str, Any]], Any], kept: str | None = None) -> Any:
         """Run holder operation `op` in one write transaction: guard, maybe keep a late
         value (`kept`: JSON text), maybe apply due expiries, then `action(row)`."""
+        if self._cfg.token_type == "argument" and token is not None and not isinstance(token, str):
+            raise self._refusal(InvalidArgument, f"token must be a str or None, got {token!r}")
+
         def body() -> Any:
             found = self._w.execute(f"{_SELECT} WHERE task_id = ?", (task_id,)).fetchall()
             if not found:
@@ -869,7 +895,13 @@ class ConfigurableStore:
     # ----------------------------------------------------------------- holder operations
     def _fulfill(self, task_id: str, agent_id: str, token: str, result: Any) -> None:
         now = self._clock()
-        data = self._json("result", result)
+        if self._cfg.bad_result == "accept" and not self._has("results"):
+            try:  # kept nowhere: a result that is not JSON is simply not stored
+                data: str | None = self._json("result", result)
+            except InvalidArgument:
+                data = None
+        else:
+            data = self._json("result", result)
 
         def action(row: dict[str, Any]) -> None:
             stored = data if self._has("results") else None
@@ -917,7 +949,9 @@ class ConfigurableStore:
                 if row["extend_count"] >= _MAX_EXTENDS:
                     raise self._refusal(LimitExceeded, f"this claim of {task_id} was extended "
                                         f"{_MAX_EXTENDS} times already")
-                if new_end > row["created_at"] + _EXTEND_CAP_FACTOR * row["queue_ttl_ms"]:
+                capped = self._cfg.extend_cap == "apply" or (
+                    self._has("lease") and self._has("queue-ttl"))
+                if capped and new_end > row["created_at"] + _EXTEND_CAP_FACTOR * row["queue_ttl_ms"]:
                     raise self._refusal(LimitExceeded, f"{task_id}: extending past created_at "
                                         "+ 4 * queue_ttl_ms is not allowed")
             self._guarded_update("UPDATE cfg_tasks SET lease_start = ?, extend_count = "
@@ -1000,6 +1034,9 @@ class ConfigurableStore:
                 "SELECT 1 FROM cfg_locks WHERE name = ? AND owner = ? AND expires_at > ?",
                 (name, owner, now)).fetchall())
 
+        if self._cfg.lock_release == "drop_expired":  # ours, live or run out: drop it
+            return self._retrying(lambda: self._w.execute(
+                "DELETE FROM cfg_locks WHERE name = ? AND owner = ?", (name, owner)).rowcount == 1)
         if not self._retrying(held):
             return False  # not ours (any more): write nothing
         return self._retrying(lambda: self._w.execute(
