@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ferry_harness.check import ops as ops_module
+from ferry_harness.check.annotations import WalSample, mark
 from ferry_harness.check.checker import INVARIANTS, Checker, Violation, fuzz_invariants
 from ferry_harness.check.history import OK, History, Op
 from ferry_harness.check.invariants.expectations import EXPECT, ScenarioExpectations
@@ -237,7 +238,7 @@ class Session(Executor):
         quiet = idle if idle is not None else all(
             o.type == OK and not o.value for o in ops if o.op in ("poll_next", "sweep"))
         for o in ops:
-            o.extra.update(wal_before=before, wal_after=after, idle=quiet)
+            mark(o, WalSample(wal_before=before, wal_after=after, idle=quiet))
         self.say(f"measured {', '.join(o.op for o in ops)}: -wal {before} -> {after} bytes")
         return self._checked(ops)
 

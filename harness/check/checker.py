@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ferry_harness.check.annotations import InvalidArgs, has, mark
 from ferry_harness.check.history import History, Op
 from ferry_harness.check.invariant import (
     GENERIC,
@@ -101,13 +102,13 @@ class Checker:
         for o in fresh_all:
             if 0 <= o.index < n and everything[o.index] is o:
                 continue  # seen by run.ingest, which marked it already
-            if o.op in HOSTILE_OPS and "invalid_args" not in o.extra:
+            if o.op in HOSTILE_OPS and not has(o, InvalidArgs):
                 why = bad_arguments(o, self.cfg)
                 if why:
-                    o.extra["invalid_args"] = why
+                    mark(o, InvalidArgs(why=why))
         # ops with invalid arguments are judged by the model alone (refused, or a
         # typed-errors finding); the global rules read only well-formed ones
-        fresh = [o for o in fresh_all if "invalid_args" not in o.extra]
+        fresh = [o for o in fresh_all if not has(o, InvalidArgs)]
         out: list[Violation] = []
         try:
             for inv in self.invariants:

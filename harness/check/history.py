@@ -15,9 +15,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 OK, FAIL, INFO = "ok", "fail", "info"
-# Op.extra key: ferry itself ended the op early (an injected fault, the budget, a frozen
-# worker holding the lock), so nothing is judged from its missing answer
-CUT_SHORT = "cut_short"
 
 # Operations that act on exactly one task given in args["task_id"].
 TASK_OPS = frozenset({"claim", "fulfill", "fail", "release", "extend", "salvage", "get", "salvaged"})

@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from ferry_harness.check.history import CUT_SHORT, FAIL, OK, History, Op
+from ferry_harness.check.annotations import CutShort, has
+from ferry_harness.check.history import FAIL, OK, History, Op
 from ferry_harness.check.rules import anchor_for
 
 if TYPE_CHECKING:  # the run state imports this module's helpers: types only
@@ -199,7 +200,7 @@ def hashable(x: Any) -> Any:
 
 def injected(o: Op) -> bool:
     """The op ended early because of ferry itself (a fault, the budget), not the store."""
-    return CUT_SHORT in o.extra
+    return has(o, CutShort)
 
 
 def concurrent(a: Op, b: Op) -> bool:

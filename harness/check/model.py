@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ferry_harness.check.annotations import WritersNowMax, fact
 from ferry_harness.check.history import FAIL, INFO, OK, Op
 
 # The task states of PROTOCOL.md: the model's own words (the check layer takes nothing from
@@ -42,9 +43,6 @@ UNKNOWN_TTL = -1  # exec_ttl_ms not given at dispatch: taken from the first clai
 # TaskState.queued_hi of a lease expiry not yet pinned: the new queue window may start at
 # any instant up to the ``now`` of the call that applies it (PROTOCOL.md#queued_at-after-a-lease-expiry)
 OPEN_END = 1 << 80
-# op.extra key set by the checker: the latest clock value at which any *other* op that may
-# write (not a read) was running before this op ended; -1 when none was
-WRITERS_NOW_MAX = "writers_now_max"
 
 
 @dataclass(frozen=True)
@@ -393,7 +391,8 @@ def _late_salvage(st: TaskState, op: Op, cfg: ModelConfig) -> TaskState:
     # the call that sees the expiry first must keep the result; once another call may have
     # applied it (any write at or after the lapse, concurrent racers included), a store may
     # refuse the late result without keeping it (PROTOCOL.md#freedoms-a-correct-store-may-take: when expiry is applied is free)
-    others = op.extra.get(WRITERS_NOW_MAX, -1)
+    noted = fact(op, WritersNowMax)
+    others = noted.now if noted else -1
     alone = st.lapsed_at is None or others < st.lapsed_at
     required = op.op == "fulfill" and op.error == "LeaseExpired" and holder and alone
     value = op.args.get("result") if op.op == "fulfill" else op.args.get("reason")

@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import get_state_machine_test
 
+from ferry_harness.check.annotations import Statements, fact
 from ferry_harness.check.checker import (
     GENERIC,
     ROBUSTNESS,
@@ -675,9 +676,10 @@ def violation_report(v: Violation, failure: Failure,
 
 def schedule_trace(history: History, involved: set[int]) -> tuple[TraceStatement, ...]:
     """The SQL statements of the involved scheduled rounds, in the order they ran."""
-    rounds = {o.round for o in history if o.index in involved and o.extra.get("sql")}
+    ran = {o.index: s.ran for o in history if (s := fact(o, Statements)) is not None}
+    rounds = {o.round for o in history if o.index in involved and ran.get(o.index)}
     rows = sorted((o.round, seq, o.process, sql, switch, o.index) for o in history
-                  if o.round in rounds for seq, sql, switch in o.extra.get("sql", []))
+                  if o.round in rounds for seq, sql, switch in ran.get(o.index, []))
     return tuple(TraceStatement(worker=w, sql=sql, op=i, switch=sw)
                  for _r, _s, w, sql, sw, i in rows)
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ferry_harness.check.annotations import WalSample, fact, mark
 from ferry_harness.check.checker import Checker, Violation
 from ferry_harness.check.history import OK, History, Op
 from ferry_harness.errors import HarnessError
@@ -217,7 +218,8 @@ class Executor:
         self.steps[-1] = ran
         new = self.history.ops[start:]
         if new and "wal-file" in self.capabilities:  # the growth bound, sampled every step
-            new[-1].extra["wal_after_step"] = self.pool.wal_size()
+            had = fact(new[-1], WalSample) or WalSample()
+            mark(new[-1], replace(had, wal_after_step=self.pool.wal_size()))
         self._learn(new)
         self.traces.append(StepTrace(
             task_refs=tuple(self._refs.get("tasks", ())),
@@ -375,11 +377,11 @@ class Executor:
                 break
         else:
             return s  # still claiming work: no idle instant to measure
-        before, mark = self.pool.wal_size(), self.pool.wal_mark()
+        before, header = self.pool.wal_size(), self.pool.wal_mark()
         op = self._one(0, "poll_next", "idle-probe")
-        op.extra.update(wal_before=before, wal_after=self.pool.wal_size(),
-                        wal_mark_before=mark, wal_mark_after=self.pool.wal_mark(),
-                        idle=op.type == OK and op.value is None)
+        mark(op, WalSample(wal_before=before, wal_after=self.pool.wal_size(),
+                           wal_mark_before=header, wal_mark_after=self.pool.wal_mark(),
+                           idle=op.type == OK and op.value is None))
         return s
 
     def _step_reads(self, s: Reads) -> Step:
@@ -394,12 +396,12 @@ class Executor:
         if "inspect" in self.capabilities:
             calls.append(("inspect", {}))
         for name, args in calls:
-            before, mark = self.pool.wal_size(), self.pool.wal_mark()
+            before, header = self.pool.wal_size(), self.pool.wal_mark()
             op = self._one(1, name, "reader", **args)
             if has_wal:
-                op.extra.update(wal_before=before, wal_after=self.pool.wal_size(),
-                                wal_mark_before=mark, wal_mark_after=self.pool.wal_mark(),
-                                idle=True)
+                mark(op, WalSample(wal_before=before, wal_after=self.pool.wal_size(),
+                                   wal_mark_before=header, wal_mark_after=self.pool.wal_mark(),
+                                   idle=True))
         return s
 
     def _step_checkpoint(self, s: Checkpoint) -> Step:
@@ -417,11 +419,11 @@ class Executor:
                 READER_HOLD_S, round_id=self.round, example=self.example)
             self.stats.ops += 1
             self._note_stall(op)
-            op.extra.update(reader=True, reader_hold_s=READER_HOLD_S,
-                            wal_after=self.pool.wal_size())
+            mark(op, WalSample(reader=True, reader_hold_s=READER_HOLD_S,
+                               wal_after=self.pool.wal_size()))
         else:
             op = self._one(0, "checkpoint", "janitor", mode="TRUNCATE")
-            op.extra.update(reader=False, wal_after=self.pool.wal_size())
+            mark(op, WalSample(reader=False, wal_after=self.pool.wal_size()))
 
     def _step_audit(self, s: Audit) -> Step:
         """End of an example: materialise expiries, then read everything back."""
