@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ferry_harness.check.annotations import CutShort, has
 from ferry_harness.check.history import FAIL, OK, History, Op
+from ferry_harness.check.ops import JSONObject
 from ferry_harness.check.rules import anchor_for
 
 if TYPE_CHECKING:  # the run state imports this module's helpers: types only
@@ -111,9 +112,9 @@ class Violation:
     invariant: str
     message: str
     ops: list[int] = field(default_factory=list)
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: JSONObject = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         d = asdict(self)
         d["protocol"] = self.protocol
         return d

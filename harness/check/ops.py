@@ -10,6 +10,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+# An operation's arguments by the protocol's parameter names (``task_id``, ``token``, ...;
+# ``dispatch``'s keywords): JSON values, deliberately ill-typed ones included (the hostile
+# calls), so no narrower type would be true.
+CallArgs = dict[str, Any]
+# A JSON object as read or written: a history line, a report, a step, a violation's detail.
+JSONObject = dict[str, Any]
+
 # op name -> (method, positional arg names); the agent is passed where the protocol wants it.
 PROTOCOL: dict[str, tuple[str, ...]] = {
     "dispatch": ("target_agent",),

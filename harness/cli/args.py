@@ -6,8 +6,14 @@ from __future__ import annotations
 import argparse
 import math
 import random
+from collections.abc import Callable
 
-__all__ = ["fraction", "positive_int", "positive_seconds", "random_seed", "seed", "size"]
+# a subcommand's handler: parsed arguments -> exit code; each cli module's
+# ``register(subparsers)`` returns its handlers by command name
+Handler = Callable[[argparse.Namespace], int]
+Handlers = dict[str, Handler]
+
+__all__ = ["Handler", "Handlers", "fraction", "positive_int", "positive_seconds", "random_seed", "seed", "size"]
 
 
 def positive_int(text: str) -> int:

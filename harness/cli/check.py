@@ -21,6 +21,7 @@ from typing import Any
 
 from ferry_harness.check.checker import full_capabilities, invariant_status, judge_history, refusals
 from ferry_harness.check.history import History
+from ferry_harness.cli.args import Handlers
 from ferry_harness.errors import ExitCode
 from ferry_harness.report.paths import write_report_dir
 from ferry_harness.report.schema import (
@@ -65,7 +66,7 @@ def build_report(history: History, path: Path, caps: set[str], caps_from: str,
         unknown=tuple(unknown), findings=(), replay=f"ferry-harness check {path}")
 
 
-def register(sub: Any) -> dict[str, Any]:
+def register(sub: Any) -> Handlers:
     p = sub.add_parser(
         "check", help="check a recorded history (history.jsonl) offline",
         description="Check a recorded history — a fuzz or crash report's history.jsonl, or "

@@ -14,10 +14,11 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ferry_harness.check.ops import JSONObject
 from ferry_harness.cli import bench, check, crash, new_target, protocol, scenario
-from ferry_harness.cli.args import positive_int, positive_seconds, random_seed, seed, size
+from ferry_harness.cli.args import Handlers, positive_int, positive_seconds, random_seed, seed, size
 from ferry_harness.errors import EXIT_CODES_HELP, ExitCode, FerryError, TargetError
 from ferry_harness.report.paths import LATEST, check_report_dir, make_run_dir, run_dir_name
 from ferry_harness.report.protocol import read_hint
@@ -26,6 +27,9 @@ from ferry_harness.report.story import database_note, exit_reason, headline
 from ferry_harness.run.nemesis import FAULTS
 from ferry_harness.runtime.provenance import provenance
 from ferry_harness.runtime.target import add_import_root, add_target_option, load_factory
+
+if TYPE_CHECKING:  # the campaign (Hypothesis) loads only for the commands that run it
+    from ferry_harness.run.campaign import Snapshot
 
 
 def _faults(text: str) -> tuple[str, ...]:
@@ -155,7 +159,7 @@ def _progress_printer(quiet: bool):
         live = Live(console=console, refresh_per_second=4, transient=True)
         live.start()
 
-        def show(s: dict[str, Any]) -> None:
+        def show(s: Snapshot) -> None:
             budget = f"/{s['budget']:.0f}s" if s.get("budget") else "s"
             live.update(f"[bold]{s['phase']}[/] {s['elapsed']:.1f}{budget}  examples {s['examples']}  "
                         f"race rounds {s['race_rounds']}  ops {s['ops']}  "
@@ -163,7 +167,7 @@ def _progress_printer(quiet: bool):
         return show, live.stop
     last = [0.0]
 
-    def line(s: dict[str, Any]) -> None:
+    def line(s: Snapshot) -> None:
         now = time.monotonic()
         if now - last[0] >= 5 or s["phase"] != "fuzzing":
             last[0] = now
@@ -326,15 +330,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 # Further subcommands live in their own modules, each with
 # ``register(subparsers) -> handler`` where ``handler(args) -> int`` (exit code).
-def _subcommands(sub: Any) -> dict[str, Any]:
+def _subcommands(sub: Any) -> Handlers:
     """Every subcommand but fuzz and replay registers itself from its own cli module."""
-    handlers: dict[str, Any] = {}
+    handlers: Handlers = {}
     for module in (bench, scenario, crash, new_target, check, protocol):
         handlers.update(module.register(sub))
     return handlers
 
 
-def _replay_scenario(report: dict[str, Any], target: str, tries: int) -> int:
+def _replay_scenario(report: JSONObject, target: str, tries: int) -> int:
     """A scenario report replays by running the scenario again, ``tries`` times."""
     # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
     from ferry_harness.cli.scenario import run_scenarios
@@ -357,7 +361,7 @@ def _replay_scenario(report: dict[str, Any], target: str, tries: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    handlers: dict[str, Any] = {"fuzz": cmd_fuzz, "replay": cmd_replay}
+    handlers: Handlers = {"fuzz": cmd_fuzz, "replay": cmd_replay}
     handlers.update(_subcommands(sub))
     args = parser.parse_args(argv)
     if args.command is None:

@@ -25,12 +25,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ferry_harness.check.ops import CallArgs
 from ferry_harness.check.rules import anchor_for
 from ferry_harness.run import profiles
+
+if TYPE_CHECKING:  # the campaign (Hypothesis) loads only for the commands that run it
+    from ferry_harness.run.campaign import Progress, Snapshot
 
 DEFAULT_REPORT_DIR = "ferry-reports"
 DEFAULT_WORKERS = 4
@@ -370,7 +374,7 @@ class FerryItem(pytest.Item):
                 "no example completed within the budget"
             raise FerryViolation("unknown", f"the run decided nothing: {why}", d)
 
-    def _progress(self, budget: float | None) -> Callable[[dict[str, Any]], None]:
+    def _progress(self, budget: float | None) -> Progress:
         """A line on the terminal when the campaign starts and every
         :data:`PROGRESS_EVERY_S` after (not with ``-q`` or under xdist, which has no
         terminal in its workers)."""
@@ -381,7 +385,7 @@ class FerryItem(pytest.Item):
         last = [-math.inf]
         of = f"/{budget:.0f}s" if budget else "s"
 
-        def show(s: dict[str, Any]) -> None:
+        def show(s: Snapshot) -> None:
             now = time.monotonic()
             if now - last[0] < PROGRESS_EVERY_S:
                 return
@@ -557,7 +561,7 @@ def ferry_race(ferry_workers: Any, ferry_history: Any) -> Callable[..., list[Any
     # lazy: this plugin loads in every pytest session; the harness only when used
     from ferry_harness.runtime.client import PlannedCall
 
-    def race(op: str, args: list[dict[str, Any]] | dict[str, Any] | None = None, *,
+    def race(op: str, args: list[CallArgs] | CallArgs | None = None, *,
              agents: list[str] | None = None, k: int | None = None) -> list[Any]:
         k = k or (len(agents) if agents else len(args) if isinstance(args, list) else ferry_workers.size)
         if k > ferry_workers.size:

@@ -29,6 +29,7 @@ from typing import Any
 from ferry_harness.check.annotations import Statements, fact
 from ferry_harness.check.checker import INVARIANTS
 from ferry_harness.check.history import FAIL, INFO, OK, History, Op
+from ferry_harness.check.ops import JSONObject
 from ferry_harness.errors import ExitCode
 from ferry_harness.report.schema import Report, report_from_json
 from ferry_harness.report.story import (
@@ -193,7 +194,7 @@ def _fault_label(o: Op) -> str:
 
 
 def _timeline_data(ops: list[Op], parts: list[Partition], bad: set[int],
-                   hot: set[int]) -> dict[str, Any]:
+                   hot: set[int]) -> JSONObject:
     """The JSON the page's script draws: times in µs from the first invoke."""
     if not ops:
         return {"lanes": [], "ops": [], "parts": [], "faults": [], "clock": [], "sql": {}}

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.errors import Flaky
@@ -41,6 +41,7 @@ from ferry_harness.check.checker import (
 )
 from ferry_harness.check.history import FAIL, History
 from ferry_harness.check.model import ModelConfig
+from ferry_harness.check.ops import JSONObject
 from ferry_harness.errors import UsageError
 from ferry_harness.report.paths import write_report_dir
 from ferry_harness.report.schema import (
@@ -93,6 +94,21 @@ RELIABLE_HITS = 8  # of REPLAY_TRIES: below this a stress example is re-run in s
 SCHEDULE_SEEDS = 20  # PCT interleavings tried for a deterministic replay
 SHRINK_SHARE = 0.6  # of the time left after the search; the replays get the rest
 REPORT_RESERVE_S = 2.0  # kept back from the time limit for the report and the pool's exit
+
+
+class Snapshot(TypedDict):
+    """Where a running campaign is, for its progress line."""
+
+    examples: int
+    race_rounds: int
+    ops: int
+    violations: int
+    elapsed: float  # seconds since the campaign started
+    budget: float | None  # the search budget (s), None: no budget
+    phase: str  # "fuzzing", then the shrinking and reporting phases
+
+
+Progress = Callable[[Snapshot], None]
 
 
 @dataclass
@@ -256,7 +272,7 @@ def _others(invariant: str) -> frozenset[str]:
 class Campaign:
     """``ferry-harness fuzz``: the main job."""
 
-    def __init__(self, cfg: CampaignConfig, progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(self, cfg: CampaignConfig, progress: Progress | None = None) -> None:
         self.cfg = cfg
         self.progress = progress or (lambda _s: None)
         self.failures: list[Failure] = []
@@ -335,7 +351,7 @@ class Campaign:
         self._tally(ex)
         self._example_done()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Snapshot:
         s = self.runner.stats
         return {"examples": s.examples, "race_rounds": s.race_rounds, "ops": s.ops,
                 "violations": len(self.failures), "elapsed": time.perf_counter() - self.t0,
@@ -802,7 +818,7 @@ def renumber(steps: list[tuple[Step, StepTrace]]) -> list[Step]:
     return out
 
 
-def public_steps(steps: list[Step]) -> list[dict[str, Any]]:
+def public_steps(steps: list[Step]) -> list[JSONObject]:
     """Steps as reports and the example database store them (``steps.step_to_json``)."""
     return [step_to_json(st) for st in steps]
 

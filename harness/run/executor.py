@@ -22,6 +22,7 @@ from typing import Any
 from ferry_harness.check.annotations import WalSample, fact, mark
 from ferry_harness.check.checker import Checker, Violation
 from ferry_harness.check.history import OK, History, Op
+from ferry_harness.check.ops import CallArgs
 from ferry_harness.errors import HarnessError
 from ferry_harness.run import walsteps
 from ferry_harness.run.faults import FaultRunner, KnownClaim, integrity_op
@@ -242,7 +243,7 @@ class Executor:
         if ("dag" not in self.capabilities or not self.tasks) and s.depends_on:
             s = replace(s, depends_on=())
         deps = sorted({self._task(i) for i in s.depends_on}) if self.tasks else []
-        args: dict[str, Any] = {"target_agent": s.target_agent, "queue_ttl_ms": s.queue_ttl_ms,
+        args: CallArgs = {"target_agent": s.target_agent, "queue_ttl_ms": s.queue_ttl_ms,
                                 "exec_ttl_ms": s.exec_ttl_ms, "max_attempts": s.max_attempts,
                                 "payload": {"n": len(self.tasks)}}
         if deps and "dag" in self.capabilities:
@@ -273,9 +274,9 @@ class Executor:
             return  # a claim-only target (or one that cannot take tasks at all)
         self._run([PlannedCall(slot=i, op="poll_next", args={}, agent=a) for i, a in enumerate(agents)])
 
-    def holder_args(self, c: KnownClaim, op: str, tag: int) -> dict[str, Any]:
+    def holder_args(self, c: KnownClaim, op: str, tag: int) -> CallArgs:
         """The arguments of holder op ``op`` on ``c`` (``tag`` marks its result)."""
-        args: dict[str, Any] = {"task_id": c.task_id, "token": c.token}
+        args: CallArgs = {"task_id": c.task_id, "token": c.token}
         if op == "fulfill":
             args["result"] = {"by": tag, "step": len(self.steps)}
         elif op == "fail":

@@ -27,6 +27,7 @@ import typing
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Union
 
+from ferry_harness.check.ops import JSONObject
 from ferry_harness.errors import UsageError
 
 
@@ -173,10 +174,10 @@ def kind(step: Step) -> str:
     return KIND_OF[type(step)]
 
 
-def step_to_json(step: Step) -> dict[str, Any]:
+def step_to_json(step: Step) -> JSONObject:
     """The step as JSON data: its ``kind``, its own fields, then ``pct`` and ``schedules``;
     fields that are None or empty (not set) are left out, tuples become lists."""
-    out: dict[str, Any] = {"kind": kind(step)}
+    out: JSONObject = {"kind": kind(step)}
     scheduling = {f.name for f in fields(Scheduled)}  # last: the step's own fields lead
     for f in sorted(fields(step), key=lambda f: f.name in scheduling):
         v = getattr(step, f.name)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferry_harness.check.annotations import WalSample, mark
 from ferry_harness.check.history import OK, Op
+from ferry_harness.check.ops import CallArgs
 from ferry_harness.run.steps import Checkpoint, IdlePoll, Reads, Step
 from ferry_harness.runtime.client import PlannedCall
 
@@ -53,7 +54,7 @@ def idle_poll(ex: Executor, s: IdlePoll) -> Step:
 def reads(ex: Executor, s: Reads) -> Step:
     """Reads must not write: measure the -wal around each one."""
     has_wal = "wal-file" in ex.capabilities
-    calls: list[tuple[str, dict[str, Any]]] = []
+    calls: list[tuple[str, CallArgs]] = []
     for tid in ex.tasks[-6:]:
         if "get" in ex.capabilities:
             calls.append(("get", {"task_id": tid}))

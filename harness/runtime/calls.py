@@ -17,13 +17,14 @@ from ferry_harness.check.ops import (
     FEATURES,
     PROTOCOL,
     STRICT_CHOICES,
+    CallArgs,
     plain,
 )
 
 __all__ = ["call", "capabilities", "execute"]
 
 
-def call(store: Any, op: str, args: dict[str, Any], agent: str) -> Any:
+def call(store: Any, op: str, args: CallArgs, agent: str) -> Any:
     """Invoke ``op`` on ``store``; raises whatever the store raises."""
     if op not in PROTOCOL:
         raise ValueError(f"unknown operation {op!r}; known: {sorted(PROTOCOL)}")
@@ -41,7 +42,7 @@ def call(store: Any, op: str, args: dict[str, Any], agent: str) -> Any:
     return method(*positional)
 
 
-def execute(store: Any, op: str, args: dict[str, Any], agent: str) -> tuple[str, Any, str | None, str | None]:
+def execute(store: Any, op: str, args: CallArgs, agent: str) -> tuple[str, Any, str | None, str | None]:
     """Run and classify: (``ok``, value, None, None) or (``fail``, None, error class, message).
 
     Any exception that is not a typed refusal propagates: the caller records it as

@@ -29,6 +29,7 @@ import multiprocess as mp
 
 from ferry_harness.check.annotations import CutShort, Died, Hung, Statements, mark
 from ferry_harness.check.history import INFO, History, Op
+from ferry_harness.check.ops import CallArgs
 from ferry_harness.errors import HarnessError
 from ferry_harness.runtime import schedule
 from ferry_harness.runtime.calls import capabilities, execute
@@ -228,7 +229,7 @@ class PlannedCall:
 
     slot: int  #: index of the worker (pool slot) that runs it
     op: str  #: protocol operation name (ferry_harness.check.ops.PROTOCOL)
-    args: dict[str, Any]  #: the operation's arguments, plain JSON-ready data
+    args: CallArgs  #: the operation's arguments, plain JSON-ready data
     agent: str  #: the agent id the call is made as
 
 
