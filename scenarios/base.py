@@ -26,6 +26,7 @@ from ferry_harness.check.checker import INVARIANTS, Checker, Violation, fuzz_inv
 from ferry_harness.check.history import OK, History, Op
 from ferry_harness.check.invariants.expectations import EXPECT, ScenarioExpectations
 from ferry_harness.check.model import ModelConfig
+from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.errors import HarnessError
 from ferry_harness.run.executor import Executor
 from ferry_harness.run.steps import Step, step_to_json
@@ -55,7 +56,7 @@ class ScenarioContext:
     clock: SharedClock
     workdir: str
     max_rounds: int = MAX_ROUNDS
-    wal_bound_bytes: int = 64 << 20
+    wal_bound_bytes: int = WAL_BOUND_BYTES
     runs: int = 0  # scenarios run so far on this context (example numbers)
 
 

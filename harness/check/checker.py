@@ -48,6 +48,7 @@ from ferry_harness.check.invariants.wal import WalRules
 from ferry_harness.check.model import ModelConfig, bad_arguments
 from ferry_harness.check.ops import FEATURES, PROTOCOL
 from ferry_harness.check.runstate import HOSTILE_OPS, RunState
+from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.errors import HarnessError
 
 __all__ = ["GENERIC", "INVARIANTS", "NEEDS", "ROBUSTNESS", "Checker", "Invariant", "Violation",
@@ -55,7 +56,7 @@ __all__ = ["GENERIC", "INVARIANTS", "NEEDS", "ROBUSTNESS", "Checker", "Invariant
            "invariant_status", "judge_history", "rank", "refusals"]
 
 
-def fuzz_invariants(wal_bound_bytes: int = 64 << 20) -> list[Invariant]:
+def fuzz_invariants(wal_bound_bytes: int = WAL_BOUND_BYTES) -> list[Invariant]:
     """Every check of a fuzz run, most specific first (fault probes, two live holders,
     leaked tokens, the model's per-object verdicts, then the global rules): the order in
     which their violations are reported, before :func:`first_fact_first`."""
@@ -78,7 +79,7 @@ class Checker:
     :class:`ferry_harness.errors.HarnessError` naming it (exit code 2), never a silent pass.
     """
 
-    def __init__(self, cfg: ModelConfig | None = None, *, wal_bound_bytes: int = 64 << 20,
+    def __init__(self, cfg: ModelConfig | None = None, *, wal_bound_bytes: int = WAL_BOUND_BYTES,
                  search_budget: int = 200_000,
                  invariants: Sequence[Invariant] | None = None) -> None:
         self.cfg = cfg or ModelConfig()
@@ -160,7 +161,7 @@ def full_capabilities() -> frozenset[str]:
 
 
 def judge_history(history: History, capabilities: Iterable[str] | None = None, *,
-                  wal_bound_bytes: int = 64 << 20,
+                  wal_bound_bytes: int = WAL_BOUND_BYTES,
                   search_budget: int = 200_000) -> tuple[list[Violation], list[str]]:
     """Every violation in a recorded ``history`` and what stayed undecided, for a target
     with ``capabilities`` (operations, features, declared choices; default a full store):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ferry_harness.check.ops import JSONObject
+from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.cli import bench, check, crash, new_target, protocol, scenario
 from ferry_harness.cli.args import Handlers, positive_int, positive_seconds, random_seed, seed, size
 from ferry_harness.errors import EXIT_CODES_HELP, ExitCode, FerryError, TargetError
@@ -116,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "package) | github:OWNER/REPO[/ARTIFACT] (read-only). Default: "
                       "$FERRY_EXAMPLE_DB, else DIR/examples under the report directory "
                       "(reports/examples without --report-dir)")
-    fuzz.add_argument("--wal-bound", type=size, default=64 << 20, metavar="SIZE",
+    fuzz.add_argument("--wal-bound", type=size, default=WAL_BOUND_BYTES, metavar="SIZE",
                       help="the -wal may never grow past this (wal-bounded), e.g. 64MiB, "
                       "8MiB, 500000 (bytes; default 64MiB)")
     fuzz.add_argument("--op-timeout", type=positive_seconds, default=None, metavar="SECONDS",

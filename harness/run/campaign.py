@@ -42,6 +42,7 @@ from ferry_harness.check.checker import (
 from ferry_harness.check.history import FAIL, History
 from ferry_harness.check.model import ModelConfig
 from ferry_harness.check.ops import JSONObject
+from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.errors import UsageError
 from ferry_harness.report.paths import write_report_dir
 from ferry_harness.report.schema import (
@@ -121,7 +122,7 @@ class CampaignConfig:
     report_dir: str = "reports/latest"
     steps_per_example: int = 30
     faults: tuple[str, ...] = ()
-    wal_bound_bytes: int = 64 << 20
+    wal_bound_bytes: int = WAL_BOUND_BYTES
     shrink_budget_s: float = 30.0
     batch: int = 5
     mode: str = "stress"

@@ -7,6 +7,7 @@ from ferry_harness.check.annotations import Hung, WalSample, fact
 from ferry_harness.check.history import FAIL, OK, Op
 from ferry_harness.check.invariant import Violation, injected
 from ferry_harness.check.runstate import RunState
+from ferry_harness.check.sizes import WAL_BOUND_BYTES
 
 
 class WalRules:
@@ -18,7 +19,7 @@ class WalRules:
     needs = ("wal-file",)
     sees_invalid_args = False
 
-    def __init__(self, bound_bytes: int = 64 << 20) -> None:
+    def __init__(self, bound_bytes: int = WAL_BOUND_BYTES) -> None:
         self.bound_bytes = bound_bytes  # the largest -wal file allowed, in bytes
 
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:

@@ -7,12 +7,12 @@ import importlib
 import json
 from pathlib import Path
 
+from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.tools.bench.ceiling import same_sql_line
 from ferry_harness.tools.bench.records import BenchResult, GoalRow
 from ferry_harness.tools.bench.targets import ferry_core_only, short_name
 
 MIB = 1 << 20
-WAL_BOUND_BYTES = 64 * MIB  # the harness's wal-bounded limit (harness/run/campaign.py)
 
 
 def _fmt_rate(v: float) -> str:
