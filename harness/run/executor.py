@@ -98,7 +98,7 @@ class Executor:
         self.capabilities = set(pool.capabilities)
         if os.path.exists(path + "-wal"):
             self.capabilities.add("wal-file")
-        # hold the target only to the SPEC features it has (ferry_harness.check.ops.FEATURES)
+        # hold the target only to the protocol features it has (ferry_harness.check.ops.FEATURES)
         self.checker.cfg = self.checker.cfg.for_capabilities(self.capabilities)
         self.checker.skips = frozenset(pool.skips)  # ferry_skips: not checked at all
 

@@ -8,7 +8,7 @@ References inside steps (``task``, ``claim``, ``depends_on``) are positions amon
 run has produced so far, counted from the newest (0 = the task dispatched last, the claim
 made last) and taken modulo the count: a shrunk or replayed list always resolves to
 something, and small numbers (what shrinking tends to) point at the freshest objects.
-Parameters that are SPEC parameters carry the SPEC's name (``queue_ttl_ms``,
+Parameters that are protocol parameters carry PROTOCOL.md#operations' name (``queue_ttl_ms``,
 ``exec_ttl_ms``, ``max_attempts``, ``target_agent``, ``ttl_ms``); times are milliseconds
 on the harness clock unless the name says otherwise.
 
@@ -42,7 +42,7 @@ class Scheduled:
 
 @dataclass(frozen=True, kw_only=True)
 class Dispatch:
-    """The client submits one task (SPEC ``dispatch``); its payload is its number."""
+    """The client submits one task (PROTOCOL.md#dispatch); its payload is its number."""
 
     target_agent: str | None = None  # the only agent that may take it; None: any agent
     queue_ttl_ms: int  # how long it may wait to be claimed before it times out, ms
