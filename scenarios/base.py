@@ -27,7 +27,8 @@ from ferry_harness.check.history import OK, History, Op
 from ferry_harness.check.invariants.expectations import EXPECT, ScenarioExpectations
 from ferry_harness.check.model import ModelConfig
 from ferry_harness.check.sizes import WAL_BOUND_BYTES
-from ferry_harness.errors import HarnessError
+from ferry_harness.errors import HarnessError, SetupFailed
+from ferry_harness.errors import ScenarioStop as Stop
 from ferry_harness.run.executor import Executor
 from ferry_harness.run.steps import Step, step_to_json
 from ferry_harness.runtime.client import PlannedCall, WorkerPool
@@ -38,14 +39,6 @@ QUEUE_TTL_MS = 600_000
 EXEC_TTL_MS = 10_000
 
 Call = tuple[int, str, str, dict[str, Any]]  # (worker slot, op, agent, args)
-
-
-class Stop(Exception):
-    """A violation was found: the scenario ends here (the session holds the violations)."""
-
-
-class SetupFailed(Exception):
-    """A step the scenario needs in order to stage its race was refused (not a race result)."""
 
 
 @dataclass

@@ -20,7 +20,7 @@ from ferry_harness.check.ops import JSONObject
 from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.cli import bench, check, crash, new_target, protocol, scenario
 from ferry_harness.cli.args import Handlers, positive_int, positive_seconds, random_seed, seed, size
-from ferry_harness.errors import EXIT_CODES_HELP, ExitCode, FerryError, TargetError
+from ferry_harness.errors import EXIT_CODES_HELP, ExitCode, FerryHarnessError, TargetError
 from ferry_harness.report.paths import LATEST, check_report_dir, make_run_dir, run_dir_name
 from ferry_harness.report.protocol import read_hint
 from ferry_harness.report.schema import said_reproduced
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return handlers[args.command](args)
-    except FerryError as exc:
+    except FerryHarnessError as exc:
         print(f"ferry-harness: error: {exc}", file=sys.stderr)
         return ExitCode.ERROR
     except KeyboardInterrupt:

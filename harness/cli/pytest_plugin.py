@@ -31,6 +31,7 @@ import pytest
 
 from ferry_harness.check.ops import CallArgs
 from ferry_harness.check.rules import anchor_for
+from ferry_harness.errors import FerryViolation
 from ferry_harness.run import profiles
 
 if TYPE_CHECKING:  # the campaign (Hypothesis) loads only for the commands that run it
@@ -217,18 +218,13 @@ NOT_INVARIANTS = frozenset({"unknown", "could-not-run", "target"})
 _HUNG: dict[str, str] = {}
 
 
-class FerryViolation(Exception):
-    """A ferry item failed: carries the invariant and the report directory."""
-
-    def __init__(self, invariant: str, message: str, report: Path | None) -> None:
-        anchor = anchor_for(invariant, message)  # the section of the rule it broke
-        if invariant not in NOT_INVARIANTS and anchor not in message:
-            message = (f"{message} (see {anchor}; installed with ferry: "
-                       f"ferry-harness protocol {anchor.partition('#')[2] or invariant})")
-        where = f" — report: {report}" if report else ""
-        super().__init__(f"[{invariant}] {message}{where}")
-        self.invariant = invariant
-        self.report = report
+def _violation(invariant: str, message: str, report: Path | None) -> FerryViolation:
+    """The item's failure, its message naming the section of the rule it broke."""
+    anchor = anchor_for(invariant, message)
+    if invariant not in NOT_INVARIANTS and anchor not in message:
+        message = (f"{message} (see {anchor}; installed with ferry: "
+                   f"ferry-harness protocol {anchor.partition('#')[2] or invariant})")
+    return FerryViolation(invariant, message, report)
 
 
 class FerryGate:
@@ -299,20 +295,20 @@ class FerryItem(pytest.Item):
         try:
             load_factory(self._target)
         except TargetError as exc:
-            raise FerryViolation("target", str(exc), None) from None
+            raise _violation("target", str(exc), None) from None
         hung = _HUNG.get(self._target)
         if hung is not None:  # every further run would only wait out the same hang
-            raise FerryViolation("liveness", f"not run: the target hung in {hung} (see that "
+            raise _violation("liveness", f"not run: the target hung in {hung} (see that "
                                  "item's report); a hanging target fails the whole gate", None)
-        from ferry_harness.errors import FerryError  # lazy: as above
+        from ferry_harness.errors import FerryHarnessError  # lazy: as above
 
         try:
             if self.kind == "scenario":
                 self._run_scenario()
             else:
                 self._run_fuzz()
-        except FerryError as exc:  # a factory that raises in a worker: one line, no traceback
-            raise FerryViolation("target", str(exc), None) from None
+        except FerryHarnessError as exc:  # a factory that raises in a worker: one line, no traceback
+            raise _violation("target", str(exc), None) from None
         except FerryViolation as exc:
             if exc.invariant == "liveness":
                 _HUNG[self._target] = self.name
@@ -332,10 +328,10 @@ class FerryItem(pytest.Item):
                                       workers=self._workers, directory=self._dir())
             self.user_properties.append(("ferry_report", str(d)))
             if result.status == "error":  # nothing was decided about the invariant
-                raise FerryViolation("could-not-run", f"scenario {self.scenario} could not "
+                raise _violation("could-not-run", f"scenario {self.scenario} could not "
                                      f"run: {result.explanation}", d)
             self.user_properties.append(("ferry_invariant", result.invariant))
-            raise FerryViolation(result.invariant, result.explanation, d)
+            raise _violation(result.invariant, result.explanation, d)
 
     def _run_fuzz(self) -> None:
         # lazy: this plugin loads in every pytest session; the harness only when used
@@ -365,14 +361,14 @@ class FerryItem(pytest.Item):
             # example database replayed, then every other distinct invariant found
             invariant, message = gate_message(report)
             self.user_properties.append(("ferry_invariant", invariant))
-            raise FerryViolation(invariant, f"{message}; seed {st.seed}", d)
+            raise _violation(invariant, f"{message}; seed {st.seed}", d)
         if outcome.verdict == "interrupted":  # stopped before anything was decided
-            raise FerryViolation("unknown", "the run was interrupted before it decided "
+            raise _violation("unknown", "the run was interrupted before it decided "
                                  "anything: not a pass", d)
         if outcome.verdict == "unknown":  # nothing was decided: not a pass
             why = "; ".join((report.unknown or ())[:3]) or \
                 "no example completed within the budget"
-            raise FerryViolation("unknown", f"the run decided nothing: {why}", d)
+            raise _violation("unknown", f"the run decided nothing: {why}", d)
 
     def _progress(self, budget: float | None) -> Progress:
         """A line on the terminal when the campaign starts and every
@@ -630,7 +626,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     import tempfile
 
     # lazy: this plugin loads in every pytest session; the harness only when used
-    from ferry_harness.errors import FerryError
+    from ferry_harness.errors import FerryHarnessError
     from ferry_harness.runtime.client import WorkerPool
     from ferry_harness.runtime.clock import SharedClock
 
@@ -638,7 +634,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         try:
             with WorkerPool(st.target, SharedClock(), 2) as pool:
                 pool.open(os.path.join(tmp, "probe.db"))
-        except FerryError as exc:
+        except FerryHarnessError as exc:
             raise pytest.UsageError(f"{_raw(config, 'target')[1]} {st.target}: {exc}") from None
 
 

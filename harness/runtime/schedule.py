@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, TypedDict
 
+from ferry_harness.errors import ScheduleAbort
 from ferry_harness.runtime.wire import (
     AbortSchedule,
     AtSchedulePoint,
@@ -51,10 +52,6 @@ class _State(TypedDict):
 
 _state: _State = {"pipe": None, "op": None, "connections": 0, "busy": False}
 _open: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()  # this worker's connections
-
-
-class ScheduleAbort(Exception):
-    """The controller gave up on this round (stall or timeout)."""
 
 
 def _point(sql: Any) -> None:

@@ -8,16 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ferry_core import LeaseStore, SystemClock, cas_store, immediate_store
-from ferry_harness.errors import UsageError
+from ferry_harness.errors import BenchUsageError
 from ferry_harness.runtime.target import load_factory
 from ferry_harness.tools.bench.records import BenchResult
 
 #: strategy and busy policy of a store that is not ferry_core: measured as it is
 AS_IS = "as-is"
-
-
-class BenchUsageError(UsageError):
-    """Bad bench input: reported as one line with exit code 2."""
 
 
 @dataclass(frozen=True, kw_only=True)
