@@ -56,11 +56,13 @@ def execute(store: Any, op: str, args: CallArgs, agent: str) -> tuple[str, Any, 
 
 
 def capabilities(store: Any) -> frozenset[str]:
-    """What the model may hold ``store`` to: its operations, the protocol :data:`FEATURES` (PROTOCOL.md#ferry_capabilities) it
-    implements, and the :data:`STRICT_CHOICES` it declares.
+    """What the model may hold ``store`` to: its operations, the protocol :data:`FEATURES`
+    (PROTOCOL.md#ferry_capabilities) it implements, and the :data:`STRICT_CHOICES` it
+    declares.
 
     ``ferry_capabilities`` (operations and features) replaces detection for third-party
-    queues that lack parts of the protocol (PROTOCOL.md#capability-declarations); ``ferry_declares`` adds stricter choices. Example::
+    queues that lack parts of the protocol (PROTOCOL.md#capability-declarations);
+    ``ferry_declares`` adds stricter choices. Example::
 
         class MyStore:
             ferry_declares = frozenset({"holder-binding"})
@@ -75,8 +77,8 @@ def capabilities(store: Any) -> frozenset[str]:
                 params = inspect.signature(store.dispatch).parameters
             except (TypeError, ValueError):
                 params = {}
-            # a wrapper's (*args, **kwargs) hides the real signature: the protocol's default is a DAG
-            # (PROTOCOL.md#dependencies-and-the-failure-cascade)
+            # a wrapper's (*args, **kwargs) hides the real signature: the protocol's default
+            # is a DAG (PROTOCOL.md#dependencies-and-the-failure-cascade)
             if "depends_on" in params or not params or any(
                     p.kind is p.VAR_KEYWORD for p in params.values()):
                 caps.add("dag")
