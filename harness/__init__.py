@@ -23,7 +23,7 @@ from typing import Any
 #: public name -> the module that defines it
 _WHERE = {
     # errors and exit codes
-    "ExitCode": "ferry_harness.errors", "FerryError": "ferry_harness.errors",
+    "ExitCode": "ferry_harness.errors", "FerryHarnessError": "ferry_harness.errors",
     "UsageError": "ferry_harness.errors", "TargetError": "ferry_harness.errors",
     "HarnessError": "ferry_harness.errors",
     # judging a history
@@ -44,6 +44,8 @@ __all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
+    if name == "FerryError":  # deprecated: FerryHarnessError (warns, see ferry_harness.errors)
+        return getattr(importlib.import_module("ferry_harness.errors"), name)
     if name not in _WHERE:
         raise AttributeError(f"module 'ferry_harness' has no attribute {name!r}")
     value = getattr(importlib.import_module(_WHERE[name]), name)

@@ -5,6 +5,12 @@ harness failure (the store or the machine would not let ferry go on) from a find
 violation is data in the report, never an exception). Lowest layer: imports nothing of
 ferry.
 
+The root is :class:`FerryHarnessError` — a different class from ``ferry_core``'s
+``FerryError``, the root of a store's typed refusals (PROTOCOL.md#error-classes), so that
+``except FerryHarnessError`` never swallows a refusal and ``except FerryError`` never a
+harness failure. The control-flow signals at the end are listed here too, but are not
+errors: they stay outside the root so no ``except FerryHarnessError`` catches them.
+
 >>> from ferry_harness.errors import ExitCode, TargetError, UsageError
 >>> int(ExitCode.VIOLATION)
 1
@@ -14,10 +20,13 @@ True
 
 from __future__ import annotations
 
+import warnings
 from enum import IntEnum
+from typing import Any
 
-__all__ = ["ExampleDbError", "ExitCode", "FerryError", "HarnessError", "ReportDirError",
-           "TargetError", "UsageError"]
+__all__ = ["BenchUsageError", "ExampleDbError", "ExitCode", "FerryHarnessError",
+           "FerryViolation", "HarnessError", "ReportDirError", "ScenarioStop",
+           "ScheduleAbort", "SetupFailed", "TargetError", "UsageError", "ViolationFound"]
 
 
 class ExitCode(IntEnum):
@@ -36,11 +45,11 @@ EXIT_CODES_HELP = ("Exit codes: 0 no violation, 1 violation found, 2 usage or ha
                    "gave up), 130 interrupted (report written).")
 
 
-class FerryError(Exception):
-    """Base of every error ferry raises on purpose (never a store's own exception)."""
+class FerryHarnessError(Exception):
+    """Base of every error the harness raises on purpose (never a store's own exception)."""
 
 
-class UsageError(FerryError):
+class UsageError(FerryHarnessError):
     """The command line or its inputs are wrong; exit code 2, message on one line."""
 
 
@@ -56,5 +65,52 @@ class ExampleDbError(UsageError, ValueError):
     """The example database location (``--example-db``) is malformed or unreachable."""
 
 
-class HarnessError(FerryError):
+class BenchUsageError(UsageError):
+    """Bad bench input: reported as one line with exit code 2."""
+
+
+class HarnessError(FerryHarnessError):
     """The harness itself cannot go on (a factory raises, workers cannot start)."""
+
+
+# ---------------------------------------------------------------- control flow (not errors)
+class ViolationFound(AssertionError):
+    """An invariant broke during a generated example: fails the Hypothesis test (hence an
+    ``AssertionError``); carries the violations (the campaign keeps the execution)."""
+
+    def __init__(self, violations: list[Any]) -> None:
+        super().__init__("; ".join(str(v) for v in violations))
+        self.violations = violations
+
+
+class ScheduleAbort(Exception):
+    """In a worker: the controller gave up on this scheduled round (stall or timeout)."""
+
+
+class ScenarioStop(Exception):
+    """A violation was found: the scenario ends here (the session holds the violations)."""
+
+
+class SetupFailed(Exception):
+    """A step the scenario needs in order to stage its race was refused (not a race result)."""
+
+
+class FerryViolation(Exception):
+    """A ferry pytest item failed: pytest shows it as the failure. Carries the invariant and
+    the report directory (the plugin writes the message, naming the rule's PROTOCOL.md
+    section)."""
+
+    def __init__(self, invariant: str, message: str, report: Any = None) -> None:
+        where = f" — report: {report}" if report else ""
+        super().__init__(f"[{invariant}] {message}{where}")
+        self.invariant = invariant
+        self.report = report
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FerryError":  # the old name of the root, which ferry_core's refusals share
+        warnings.warn("ferry_harness.errors.FerryError is deprecated: it is "
+                      "FerryHarnessError (ferry_core.errors.FerryError is the refusals' root)",
+                      DeprecationWarning, stacklevel=2)
+        return FerryHarnessError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

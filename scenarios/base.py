@@ -21,11 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ferry_harness.check import ops as ops_module
+from ferry_harness.check.annotations import WalSample, mark
 from ferry_harness.check.checker import INVARIANTS, Checker, Violation, fuzz_invariants
 from ferry_harness.check.history import OK, History, Op
 from ferry_harness.check.invariants.expectations import EXPECT, ScenarioExpectations
 from ferry_harness.check.model import ModelConfig
-from ferry_harness.errors import HarnessError
+from ferry_harness.check.sizes import WAL_BOUND_BYTES
+from ferry_harness.errors import HarnessError, SetupFailed
+from ferry_harness.errors import ScenarioStop as Stop
 from ferry_harness.run.executor import Executor
 from ferry_harness.run.steps import Step, step_to_json
 from ferry_harness.runtime.client import PlannedCall, WorkerPool
@@ -38,14 +41,6 @@ EXEC_TTL_MS = 10_000
 Call = tuple[int, str, str, dict[str, Any]]  # (worker slot, op, agent, args)
 
 
-class Stop(Exception):
-    """A violation was found: the scenario ends here (the session holds the violations)."""
-
-
-class SetupFailed(Exception):
-    """A step the scenario needs in order to stage its race was refused (not a race result)."""
-
-
 @dataclass
 class ScenarioContext:
     """What the runner lends a scenario: the pool (already started) and where to put files."""
@@ -54,7 +49,7 @@ class ScenarioContext:
     clock: SharedClock
     workdir: str
     max_rounds: int = MAX_ROUNDS
-    wal_bound_bytes: int = 64 << 20
+    wal_bound_bytes: int = WAL_BOUND_BYTES
     runs: int = 0  # scenarios run so far on this context (example numbers)
 
 
@@ -237,7 +232,7 @@ class Session(Executor):
         quiet = idle if idle is not None else all(
             o.type == OK and not o.value for o in ops if o.op in ("poll_next", "sweep"))
         for o in ops:
-            o.extra.update(wal_before=before, wal_after=after, idle=quiet)
+            mark(o, WalSample(wal_before=before, wal_after=after, idle=quiet))
         self.say(f"measured {', '.join(o.op for o in ops)}: -wal {before} -> {after} bytes")
         return self._checked(ops)
 

@@ -14,6 +14,7 @@ without bound.
 
 from __future__ import annotations
 
+from ferry_harness.check.annotations import WalSample, fact, mark
 from ferry_harness.run.steps import Checkpoint
 
 from .base import TAKE, Scenario, Session, holder_args
@@ -41,7 +42,7 @@ def checkpoint_starvation(s: Session) -> str:
             sizes.append(s.pool.wal_size())
         s.say(f"-wal under the long reader: {' -> '.join(map(str, sizes))} bytes")
         pinned = s.call(0, "checkpoint", "janitor", mode="TRUNCATE")
-        pinned.extra.update(reader=True, wal_after=s.pool.wal_size())
+        mark(pinned, WalSample(reader=True, wal_after=s.pool.wal_size()))
     finally:
         s.drop_reader()
     if s.have(("get",)):  # the store's own reads, then checkpoint
@@ -50,9 +51,10 @@ def checkpoint_starvation(s: Session) -> str:
         s.call(1, "inspect", "reader")
     s.step(Checkpoint())
     after = s.pool.wal_size()
+    left = pinned_wal.wal_after if (pinned_wal := fact(pinned, WalSample)) else None
     busy = pinned.value[0] if pinned.type == "ok" and pinned.value else "?"
     return (f"-wal grew {sizes[0]} -> {sizes[-1]} bytes over {BATCHES * TASKS_PER_BATCH} tasks "
-            f"while a reader was open (TRUNCATE busy={busy}, left {pinned.extra['wal_after']}); "
+            f"while a reader was open (TRUNCATE busy={busy}, left {left}); "
             f"{after} bytes after it ended")
 
 

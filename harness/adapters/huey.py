@@ -212,7 +212,8 @@ class FirstResultHueyStore(HueyStore):
 
 class ExpiringHueyStore(FirstResultHueyStore):
     """First-result variant with ``queue_ttl_ms`` passed as the task's ``expires`` on the
-    harness clock, so the model holds it to SPEC's queue window as well."""
+    harness clock, so the model holds it to
+    PROTOCOL.md#the-queue-window-is-half-open as well."""
 
     ferry_capabilities = HueyStore.ferry_capabilities | {"queue-ttl"}
     expiring = True

@@ -3,12 +3,16 @@ dataclass per fact, one codec.
 
 The fault runner (:mod:`ferry_harness.run.faults`) and the crash campaign
 (:mod:`ferry_harness.tools.crash`) mark ops with what they know — a probe of an orphan, a
-zombie's call, a kill, a rescue, a read-back — and the invariants read the marks back.
-:func:`mark` puts a fact on an op, :func:`fact` reads one; nothing else touches these
-keys of ``Op.extra``. In ``history.jsonl`` a fact is a JSON object (or, for the one-value
-facts, a scalar) under its ``KEY``, as before these types existed, so older histories
-load: unknown fields are dropped and missing ones take their defaults; a mark that is
-not a fact of its kind at all reads as absent.
+zombie's call, a kill, a rescue, a read-back — as do the executor and scenarios (the
+``-wal`` measured around a call), the pool (a call it cut short, a hung call, a dead
+worker, the statements a scheduled round ran) and the checker itself (arguments it
+rejects, concurrent writers' clock); the invariants read the marks back. :func:`mark`
+puts a fact on an op, :func:`fact` reads one; nothing else touches ``Op.extra``
+(``tests/test_annotations.py`` fails on any other use). In ``history.jsonl`` a fact is a
+JSON object (or, for the one-value facts, a scalar) under its ``KEY``; the WAL sample's
+fields are top-level keys themselves (``FLAT``). That is the layout histories had before
+these types existed, so older histories load: unknown fields are dropped and missing ones
+take their defaults; a mark that is not a fact of its kind at all reads as absent.
 """
 
 from __future__ import annotations
@@ -113,17 +117,103 @@ class Integrity:
     text: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class WalSample:
+    """The ``-wal`` file measured around an op (executor, scenarios, crash campaign): judged
+    by ``WalRules`` and the crash audit. ``FLAT``: each measured field is its own key of
+    ``Op.extra`` (a field not measured is absent, read as None)."""
+
+    KEY: ClassVar[str] = "wal"  # names the fact only: its fields are the keys
+    FLAT: ClassVar[bool] = True
+    wal_before: int | None = None  # bytes before the call
+    wal_after: int | None = None  # bytes after the call (a checkpoint: what it left)
+    wal_mark_before: str | None = None  # the wal-index header before (its change counter)
+    wal_mark_after: str | None = None  # ... and after
+    idle: bool | None = None  # the call had nothing to do: the WAL must not change
+    reader: bool | None = None  # a checkpoint ran while an outside reader held a snapshot
+    reader_hold_s: float | None = None  # how long that reader held it (s)
+    wal_after_step: int | None = None  # bytes after the step this op ended (executor)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CutShort:
+    """ferry itself ended the op early (an injected fault, the budget, a frozen worker
+    holding the lock), so nothing is judged from its missing answer (pool)."""
+
+    KEY: ClassVar[str] = "cut_short"
+    SCALAR: ClassVar[str] = "why"
+    why: str  # "fault", "budget" or "frozen worker"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hung:
+    """A call that did not answer in time with nothing of ferry's to blame (pool): judged by
+    the liveness rule (and, on a checkpoint beside a reader, ``wal-bounded``)."""
+
+    KEY: ClassVar[str] = "hung_s"
+    SCALAR: ClassVar[str] = "seconds"
+    seconds: float  # how long it was waited for
+
+
+@dataclass(frozen=True, kw_only=True)
+class Died:
+    """The worker died during the call with no fault injected (pool)."""
+
+    KEY: ClassVar[str] = "died"
+    SCALAR: ClassVar[str] = "exitcode"
+    exitcode: int | None  # the process's exit code (negative: the signal)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Statements:
+    """The SQL statements a scheduled round ran for this op, in the order they ran (pool,
+    schedule mode): shown in the timeline, replayed by the campaign."""
+
+    KEY: ClassVar[str] = "sql"
+    SCALAR: ClassVar[str] = "ran"
+    ran: list[list[Any]]  # [seq, sql, switch] each: seq over the round, switch: a context switch
+
+
+@dataclass(frozen=True, kw_only=True)
+class InvalidArgs:
+    """The checker's note that the op's arguments break the protocol's types: the op is judged
+    by the model alone (refused, or a typed-errors finding)."""
+
+    KEY: ClassVar[str] = "invalid_args"
+    SCALAR: ClassVar[str] = "why"
+    why: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WritersNowMax:
+    """The checker's note on a late fulfill's refusal: the latest clock value at which any
+    *other* op that may write was running before this op ended (-1: none was). The model
+    decides from it whether the late result had to be kept."""
+
+    KEY: ClassVar[str] = "writers_now_max"
+    SCALAR: ClassVar[str] = "now"
+    now: int
+
+
 FACTS: tuple[type, ...] = (Probe, ProbeOther, Zombie, Killed, Rescue, KilledHolder,
-                           CampaignRound, FinalRead, Integrity)
-KEYS: frozenset[str] = frozenset(t.KEY for t in FACTS)  # type: ignore[attr-defined]
+                           CampaignRound, FinalRead, Integrity, WalSample, CutShort, Hung, Died,
+                           Statements, InvalidArgs, WritersNowMax)
+# every key of Op.extra a fact may use (a FLAT fact's field names)
+KEYS: frozenset[str] = frozenset(
+    k for t in FACTS
+    for k in ([f.name for f in fields(t)] if getattr(t, "FLAT", False) else [t.KEY]))  # type: ignore[attr-defined,arg-type]
 
 F = TypeVar("F")
 
 
 def encode(f: Any) -> Any:
-    """A fact as the JSON value its key holds in ``Op.extra``."""
+    """A fact as the JSON value its key holds in ``Op.extra`` (a FLAT fact: the keys it sets)."""
     scalar = getattr(f, "SCALAR", None)
-    return getattr(f, scalar) if scalar else asdict(f)
+    if scalar:
+        return getattr(f, scalar)
+    if getattr(f, "FLAT", False):
+        return {k: v for k, v in asdict(f).items() if v is not None}
+    return asdict(f)
 
 
 def decode(kind: type[F], value: Any) -> F | None:
@@ -140,14 +230,27 @@ def decode(kind: type[F], value: Any) -> F | None:
         return None
 
 
+def _flat_keys(kind: type) -> list[str]:
+    return [f.name for f in fields(kind)]  # type: ignore[arg-type]
+
+
 def mark(op: Op, f: Any) -> Op:
     """Put fact ``f`` on ``op`` (replacing one of its kind)."""
-    op.extra[type(f).KEY] = encode(f)
+    kind = type(f)
+    if getattr(kind, "FLAT", False):
+        for k in _flat_keys(kind):
+            op.extra.pop(k, None)
+        op.extra.update(encode(f))
+    else:
+        op.extra[kind.KEY] = encode(f)
     return op
 
 
 def fact(op: Op, kind: type[F]) -> F | None:
     """The fact of ``kind`` on ``op``, or None."""
+    if getattr(kind, "FLAT", False):
+        present = {k: op.extra[k] for k in _flat_keys(kind) if k in op.extra}
+        return decode(kind, present) if present else None
     key = kind.KEY  # type: ignore[attr-defined]
     if key not in op.extra:
         return None
@@ -156,4 +259,6 @@ def fact(op: Op, kind: type[F]) -> F | None:
 
 def has(op: Op, kind: type) -> bool:
     """Does ``op`` carry a fact of ``kind``?"""
+    if getattr(kind, "FLAT", False):
+        return any(k in op.extra for k in _flat_keys(kind))
     return kind.KEY in op.extra  # type: ignore[attr-defined]

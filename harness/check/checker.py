@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ferry_harness.check.annotations import InvalidArgs, has, mark
 from ferry_harness.check.history import History, Op
 from ferry_harness.check.invariant import (
     GENERIC,
@@ -47,6 +48,7 @@ from ferry_harness.check.invariants.wal import WalRules
 from ferry_harness.check.model import ModelConfig, bad_arguments
 from ferry_harness.check.ops import FEATURES, PROTOCOL
 from ferry_harness.check.runstate import HOSTILE_OPS, RunState
+from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.errors import HarnessError
 
 __all__ = ["GENERIC", "INVARIANTS", "NEEDS", "ROBUSTNESS", "Checker", "Invariant", "Violation",
@@ -54,7 +56,7 @@ __all__ = ["GENERIC", "INVARIANTS", "NEEDS", "ROBUSTNESS", "Checker", "Invariant
            "invariant_status", "judge_history", "rank", "refusals"]
 
 
-def fuzz_invariants(wal_bound_bytes: int = 64 << 20) -> list[Invariant]:
+def fuzz_invariants(wal_bound_bytes: int = WAL_BOUND_BYTES) -> list[Invariant]:
     """Every check of a fuzz run, most specific first (fault probes, two live holders,
     leaked tokens, the model's per-object verdicts, then the global rules): the order in
     which their violations are reported, before :func:`first_fact_first`."""
@@ -77,7 +79,7 @@ class Checker:
     :class:`ferry_harness.errors.HarnessError` naming it (exit code 2), never a silent pass.
     """
 
-    def __init__(self, cfg: ModelConfig | None = None, *, wal_bound_bytes: int = 64 << 20,
+    def __init__(self, cfg: ModelConfig | None = None, *, wal_bound_bytes: int = WAL_BOUND_BYTES,
                  search_budget: int = 200_000,
                  invariants: Sequence[Invariant] | None = None) -> None:
         self.cfg = cfg or ModelConfig()
@@ -101,13 +103,13 @@ class Checker:
         for o in fresh_all:
             if 0 <= o.index < n and everything[o.index] is o:
                 continue  # seen by run.ingest, which marked it already
-            if o.op in HOSTILE_OPS and "invalid_args" not in o.extra:
+            if o.op in HOSTILE_OPS and not has(o, InvalidArgs):
                 why = bad_arguments(o, self.cfg)
                 if why:
-                    o.extra["invalid_args"] = why
+                    mark(o, InvalidArgs(why=why))
         # ops with invalid arguments are judged by the model alone (refused, or a
         # typed-errors finding); the global rules read only well-formed ones
-        fresh = [o for o in fresh_all if "invalid_args" not in o.extra]
+        fresh = [o for o in fresh_all if not has(o, InvalidArgs)]
         out: list[Violation] = []
         try:
             for inv in self.invariants:
@@ -159,7 +161,7 @@ def full_capabilities() -> frozenset[str]:
 
 
 def judge_history(history: History, capabilities: Iterable[str] | None = None, *,
-                  wal_bound_bytes: int = 64 << 20,
+                  wal_bound_bytes: int = WAL_BOUND_BYTES,
                   search_budget: int = 200_000) -> tuple[list[Violation], list[str]]:
     """Every violation in a recorded ``history`` and what stayed undecided, for a target
     with ``capabilities`` (operations, features, declared choices; default a full store):

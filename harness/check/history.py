@@ -14,10 +14,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ferry_harness.check.ops import CallArgs, JSONObject
+
 OK, FAIL, INFO = "ok", "fail", "info"
-# Op.extra key: ferry itself ended the op early (an injected fault, the budget, a frozen
-# worker holding the lock), so nothing is judged from its missing answer
-CUT_SHORT = "cut_short"
 
 # Operations that act on exactly one task given in args["task_id"].
 TASK_OPS = frozenset({"claim", "fulfill", "fail", "release", "extend", "salvage", "get", "salvaged"})
@@ -35,7 +34,7 @@ class Op:
     process: int
     agent: str
     op: str
-    args: dict[str, Any]
+    args: CallArgs
     invoke_ns: int
     now: int
     complete_ns: int | None = None
@@ -66,14 +65,14 @@ class Op:
             return self.value["task_id"]
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         d = asdict(self)
         if not d["extra"]:
             del d["extra"]
         return {k: v for k, v in d.items() if v is not None}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Op:
+    def from_dict(cls, d: JSONObject) -> Op:
         return cls(**d)
 
     def describe(self) -> str:

@@ -13,7 +13,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from ferry_harness.check.history import CUT_SHORT, FAIL, OK, History, Op
+from ferry_harness.check.annotations import CutShort, has
+from ferry_harness.check.history import FAIL, OK, History, Op
+from ferry_harness.check.ops import JSONObject
 from ferry_harness.check.rules import anchor_for
 
 if TYPE_CHECKING:  # the run state imports this module's helpers: types only
@@ -110,9 +112,9 @@ class Violation:
     invariant: str
     message: str
     ops: list[int] = field(default_factory=list)
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: JSONObject = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         d = asdict(self)
         d["protocol"] = self.protocol
         return d
@@ -199,7 +201,7 @@ def hashable(x: Any) -> Any:
 
 def injected(o: Op) -> bool:
     """The op ended early because of ferry itself (a fault, the budget), not the store."""
-    return CUT_SHORT in o.extra
+    return has(o, CutShort)
 
 
 def concurrent(a: Op, b: Op) -> bool:

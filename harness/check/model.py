@@ -1,12 +1,13 @@
-"""The sequential reference model of SPEC, one small immutable state per task and per lock.
+"""The sequential reference model of PROTOCOL.md, one small immutable state per task and per lock.
 
 Porcupine-style: ``step(state, op)`` says whether the *observed* outcome of ``op`` is legal
 in ``state`` and returns the next state. Observed values that the model cannot predict
 (task ids, claim tokens) are adopted from the observation and then checked for freshness.
 
-The model is lenient exactly where SPEC leaves freedom to a store and strict elsewhere:
-- a refusal is legal if *any* guard that fails could have produced it (SPEC fixes an order
-  for ferry_core, but the safety property is "refused and nothing changed");
+The model is lenient exactly where PROTOCOL.md#freedoms-a-correct-store-may-take leaves
+freedom to a store and strict elsewhere:
+- a refusal is legal if *any* guard that fails could have produced it (PROTOCOL.md#the-holder-guard
+  fixes an order for ferry_core, but the safety property is "refused and nothing changed");
 - expiry is lazy (PROTOCOL.md#leases-are-half-open): after a lease ended, the first holder call may see
   ``LeaseExpired`` (row not yet swept) or ``WrongState`` (already swept);
 - a re-queued task's new window may start anywhere from the lease's end to the instant
@@ -25,6 +26,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ferry_harness.check.annotations import WritersNowMax, fact
 from ferry_harness.check.history import FAIL, INFO, OK, Op
 
 # The task states of PROTOCOL.md: the model's own words (the check layer takes nothing from
@@ -42,27 +44,27 @@ UNKNOWN_TTL = -1  # exec_ttl_ms not given at dispatch: taken from the first clai
 # TaskState.queued_hi of a lease expiry not yet pinned: the new queue window may start at
 # any instant up to the ``now`` of the call that applies it (PROTOCOL.md#queued_at-after-a-lease-expiry)
 OPEN_END = 1 << 80
-# op.extra key set by the checker: the latest clock value at which any *other* op that may
-# write (not a read) was running before this op ended; -1 when none was
-WRITERS_NOW_MAX = "writers_now_max"
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The store settings the model must know (SPEC defaults)."""
+    """The store settings the model must know (PROTOCOL.md#limits defaults)."""
 
     max_extends: int = 5
     max_releases: int = 3
     strict_tokens: bool = True
-    # SPEC behaviours a target may lack (ferry_harness.check.ops.FEATURES); a full SPEC store has all.
+    # protocol behaviours a target may lack (ferry_harness.check.ops.FEATURES); a full protocol
+    # store has all (PROTOCOL.md#ferry_capabilities).
     leases: bool = True  # "lease": claims expire at claimed_at + exec_ttl_ms (harness clock)
     queue_ttl: bool = True  # "queue-ttl": waiting tasks time out after queue_ttl_ms
     results: bool = True  # "results": get shows the accepted result
     limits: bool = True  # "limits": max_releases / max_extends / the extend cap
     typed_refusals: bool = True  # "typed-refusals": the refusal class names a failed guard
-    # Stricter choices than SPEC (ferry_harness.check.ops.STRICT_CHOICES): checked only when declared.
+    # Stricter choices than the protocol (ferry_harness.check.ops.STRICT_CHOICES): checked only
+    # when declared (PROTOCOL.md#stricter-choices-a-store-can-declare).
     holder_binding: bool = False  # "holder-binding": another agent is refused, even with the token
-    # Lease conventions (ferry_harness.check.ops.CONVENTIONS): declared by queues that differ from SPEC.
+    # Lease conventions (ferry_harness.check.ops.CONVENTIONS): declared by queues that differ
+    # from the protocol (PROTOCOL.md#lease-conventions).
     lease_closed: bool = False  # "lease-closed": the holder still wins at expires
     lease_at_claim: bool = False  # "lease-at-claim": the claim decides the lease length
     refusal_order: bool = False  # "refusal-order": the FIRST failing check of PROTOCOL.md#the-holder-guard names it
@@ -72,7 +74,7 @@ class ModelConfig:
     requeue_at_expiry: bool = False
 
     def for_capabilities(self, caps: Any) -> ModelConfig:
-        """This config, holding the target only to the SPEC features it has and the
+        """This config, holding the target only to the protocol features it has and the
         stricter choices it declares."""
         caps = set(caps)
         return replace(self, leases="lease" in caps, queue_ttl="queue-ttl" in caps,
@@ -109,7 +111,7 @@ def canonical(value: Any) -> str:
 
 @dataclass(frozen=True)
 class TaskState:
-    """What SPEC says a task is, as a hashable value (search memoises on it)."""
+    """What PROTOCOL.md#tasks says a task is, as a hashable value (search memoises on it)."""
 
     task_id: str
     status: str
@@ -133,8 +135,8 @@ class TaskState:
     lapsed_at: int | None = None  # the instant that lease ended (its lease_expires_at)
     late: frozenset[str] = frozenset()  # every token whose lease ended by time (not released)
     # what salvaged() must hold, in append order: (kind, agent, JSON of the kept value,
-    # required). A required entry must be there; an optional one (a late result SPEC lets a
-    # store keep or not) may be. PROTOCOL.md#freedoms-a-correct-store-may-take leaves the entry's shape to the store.
+    # required). A required entry must be there; an optional one (a late result PROTOCOL.md#late-results
+    # lets a store keep or not) may be. PROTOCOL.md#freedoms-a-correct-store-may-take leaves the entry's shape to the store.
     salvage: tuple[tuple[str, str, str, bool], ...] = ()
     cascaded: bool = False  # FAILED by a dependency, possibly not yet swept by the store
     seen: bool = False  # a read showed the store's row in a terminal state
@@ -393,7 +395,8 @@ def _late_salvage(st: TaskState, op: Op, cfg: ModelConfig) -> TaskState:
     # the call that sees the expiry first must keep the result; once another call may have
     # applied it (any write at or after the lapse, concurrent racers included), a store may
     # refuse the late result without keeping it (PROTOCOL.md#freedoms-a-correct-store-may-take: when expiry is applied is free)
-    others = op.extra.get(WRITERS_NOW_MAX, -1)
+    noted = fact(op, WritersNowMax)
+    others = noted.now if noted else -1
     alone = st.lapsed_at is None or others < st.lapsed_at
     required = op.op == "fulfill" and op.error == "LeaseExpired" and holder and alone
     value = op.args.get("result") if op.op == "fulfill" else op.args.get("reason")
@@ -522,8 +525,8 @@ def _do_holder(st: TaskState, op: Op, cfg: ModelConfig) -> Verdict:
         if err in _guard_failures(live, op.agent, token, cfg)[0]:
             return _illegal(st, "lease-half-open", (
                 f"{op.op} of task {st.task_id} at t={op.now} was refused with {err} as if the "
-                "lease were still live; it ended at lease_expires_at (half-open), so SPEC "
-                "expects LeaseExpired"))
+                "lease were still live; it ended at lease_expires_at (half-open), so "
+                "PROTOCOL.md#leases-are-half-open expects LeaseExpired"))
     return _illegal(st, "refusal-class", (
         f"{op.op} of task {st.task_id} refused with {err}, but that check passes; the "
         f"checks that fail are {sorted(set(fails))} (a refusal must name one of them)"))

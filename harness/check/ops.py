@@ -1,5 +1,6 @@
-"""The store protocol as data: its operations and their arguments, the SPEC features a
-queue may lack, the stricter choices and lease conventions a store may declare.
+"""The store protocol as data: its operations and their arguments, the protocol features a
+queue may lack (PROTOCOL.md#capability-declarations), the stricter choices and lease
+conventions a store may declare.
 
 Pure vocabulary shared by the model and the checker; running an operation on a live store
 is :mod:`ferry_harness.runtime.calls`.
@@ -9,6 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+# An operation's arguments by the protocol's parameter names (``task_id``, ``token``, ...;
+# ``dispatch``'s keywords): JSON values, deliberately ill-typed ones included (the hostile
+# calls), so no narrower type would be true.
+CallArgs = dict[str, Any]
+# A JSON object as read or written: a history line, a report, a step, a violation's detail.
+JSONObject = dict[str, Any]
 
 # op name -> (method, positional arg names); the agent is passed where the protocol wants it.
 PROTOCOL: dict[str, tuple[str, ...]] = {
@@ -44,9 +52,10 @@ def plain(value: Any) -> Any:
     return value
 
 
-# SPEC behaviours that a job queue may lack even when it has the operation. The model holds
+# Protocol behaviours that a job queue may lack even when it has the operation. The model holds
 # a target only to those it has: a store that declares ``ferry_capabilities`` lists the ones
-# it really implements; a store that declares nothing is taken to be a full SPEC store.
+# it really implements; a store that declares nothing is taken to be a full protocol store
+# (PROTOCOL.md#ferry_capabilities).
 FEATURES: dict[str, str] = {
     "lease": "a claim expires at claimed_at + exec_ttl_ms on the harness clock (PROTOCOL.md#leases-are-half-open)",
     "queue-ttl": "a waiting task times out queue_ttl_ms after it was queued (PROTOCOL.md#leases-are-half-open)",
@@ -56,7 +65,7 @@ FEATURES: dict[str, str] = {
     "typed-refusals": "a refusal's class names a guard that really failed (PROTOCOL.md#which-refusal-class)",
 }
 
-# Stricter choices than SPEC (PROTOCOL.md#freedoms-a-correct-store-may-take leaves them free). A store is held to one only when it
+# Stricter choices than the protocol (PROTOCOL.md#freedoms-a-correct-store-may-take leaves them free). A store is held to one only when it
 # lists it in ``ferry_declares``; ferry_core declares all of them.
 STRICT_CHOICES: dict[str, str] = {
     "holder-binding": "a claim is bound to the claiming agent: another agent is refused "

@@ -179,7 +179,7 @@ RULES: tuple[Rule, ...] = (
          "it succeeds only when the task is ready for agent_id"),
     # ----------------------------------------------------------------- during a run
     Rule(L, "no-lost-task", "inspect() lists task", "inspect", "Every task, each exactly once"),
-    Rule(L, "no-lost-task", "not a SPEC state", "no-lost-task", EXISTS),
+    Rule(L, "no-lost-task", "not a state of PROTOCOL.md#task-states", "no-lost-task", EXISTS),
     Rule(L, "no-lost-task", "is missing from inspect()", "inspect", "Every task, each exactly once"),
     Rule(L, "no-lost-task", "but inspect() shows", "no-lost-task", KEPT),
     Rule(L, "no-lost-task", "was ready for it", "no-lost-task", NOT_EMPTY),

@@ -15,6 +15,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable
 from typing import Any
 
+from ferry_harness.check.annotations import InvalidArgs, has, mark
 from ferry_harness.check.history import FAIL, INFO, OK, History, Op
 from ferry_harness.check.invariant import hashable
 from ferry_harness.check.linearizability import PartitionSearch, partition_key, task_search
@@ -161,21 +162,21 @@ class RunState:
         self.last = ops[-1] if ops else None
 
     def _add(self, o: Op) -> None:
-        if o.op in HOSTILE_OPS and "invalid_args" not in o.extra:
+        if o.op in HOSTILE_OPS and not has(o, InvalidArgs):
             why = bad_arguments(o, self.cfg)
             if why:
-                o.extra["invalid_args"] = why
+                mark(o, InvalidArgs(why=why))
         key = partition_key(o)
         if key is not None:
             search = self.parts.get(key)
             if search is None:
                 search = self.parts[key] = task_search(key, self.cfg, budget=self.budget)
             search.add((o,))
-        elif o.op == "poll_next" and o.type == INFO and "invalid_args" not in o.extra:
+        elif o.op == "poll_next" and o.type == INFO and not has(o, InvalidArgs):
             self._spread(o)
         if o.op not in READS:
             self.writers.add(o.invoke_ns, o.now, o.index)
-        if "invalid_args" in o.extra:
+        if has(o, InvalidArgs):
             return
         tid = o.task_id
         if tid is not None:

@@ -6,8 +6,16 @@ from __future__ import annotations
 import argparse
 import math
 import random
+from collections.abc import Callable
 
-__all__ = ["fraction", "positive_int", "positive_seconds", "random_seed", "seed", "size"]
+from ferry_harness.check.sizes import parse_size
+
+# a subcommand's handler: parsed arguments -> exit code; each cli module's
+# ``register(subparsers)`` returns its handlers by command name
+Handler = Callable[[argparse.Namespace], int]
+Handlers = dict[str, Handler]
+
+__all__ = ["Handler", "Handlers", "fraction", "positive_int", "positive_seconds", "random_seed", "seed", "size"]
 
 
 def positive_int(text: str) -> int:
@@ -62,16 +70,9 @@ def random_seed() -> int:
 
 
 def size(text: str) -> int:
-    """``64MiB``, ``8MB``, ``500000`` -> bytes (binary units either way)."""
-    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
-             "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
-    t = text.strip().upper()
-    num = t.rstrip("KMGIB")
-    unit = t[len(num):]
+    """``64MiB``, ``8MB``, ``500000`` -> bytes (binary units either way): every size option's
+    type (:func:`ferry_harness.check.sizes.parse_size`)."""
     try:
-        value = float(num) * units[unit]
-    except (ValueError, KeyError):
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 64MiB or 500000)") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"a size must be positive, got {text!r}")
-    return int(value)
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ferry_core.busy import POLICIES
 from ferry_core.store import STRATEGIES
@@ -24,6 +24,7 @@ from ferry_harness.tools.bench.matrix import (
     DEFAULT_WORKERS,
     run_bench,
 )
+from ferry_harness.tools.bench.records import ProgressEvent, RunRecord
 from ferry_harness.tools.bench.report import compare_table, summary_table, write_report
 from ferry_harness.tools.bench.targets import (
     BenchUsageError,
@@ -59,7 +60,20 @@ def _choices(flag: str, text: str, allowed: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def parse_options(args: argparse.Namespace) -> dict[str, Any]:
+class BenchOptions(TypedDict):
+    """The validated options ``run_bench`` is called with."""
+
+    target: str
+    repeat: int
+    workers: list[int]
+    strategies: list[str]
+    policies: list[str]
+    tasks: int
+    timeout_s: float
+    db_dir: str | None
+
+
+def parse_options(args: argparse.Namespace) -> BenchOptions:
     """Validate the CLI strings (usage errors: one line, exit 2)."""
     try:
         tasks = int(args.tasks)
@@ -85,7 +99,7 @@ def parse_options(args: argparse.Namespace) -> dict[str, Any]:
     own = all(resolve_target(spec).ferry_core for spec in specs)
     strategy = args.strategy or ("cas,immediate" if own else "cas")
     policy = args.busy_policy or (",".join(DEFAULT_POLICIES) if own else "hybrid")
-    opts = {
+    opts: BenchOptions = {
         "target": args.target, "repeat": repeat,
         "workers": _int_list("--workers", args.workers),
         "strategies": _choices("--strategy", strategy, STRATEGIES),
@@ -133,7 +147,7 @@ class _Progress:
             self.current = self.live.add_task("ceiling", total=None)
             self.live.start()
 
-    def __call__(self, s: dict[str, Any]) -> None:
+    def __call__(self, s: ProgressEvent) -> None:
         if self.quiet:
             return
         phase = s["phase"]
@@ -167,7 +181,7 @@ class _Progress:
             print(f"ferry bench: {phase} {s['label']}{done}", file=sys.stderr, flush=True)
 
     @staticmethod
-    def _result_line(r: dict[str, Any]) -> str:
+    def _result_line(r: RunRecord) -> str:
         lat = r["latency_ms"]
         err = f"  ERROR {r['error']}" if r.get("error") else ""
         return (f"{r['workers']:>3}w {r.get('label') or r['strategy'] + '/' + r['busy_policy']}: "

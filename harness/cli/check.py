@@ -21,6 +21,8 @@ from typing import Any
 
 from ferry_harness.check.checker import full_capabilities, invariant_status, judge_history, refusals
 from ferry_harness.check.history import History
+from ferry_harness.check.sizes import WAL_BOUND_BYTES
+from ferry_harness.cli.args import Handlers, size
 from ferry_harness.errors import ExitCode
 from ferry_harness.report.paths import write_report_dir
 from ferry_harness.report.schema import (
@@ -65,7 +67,7 @@ def build_report(history: History, path: Path, caps: set[str], caps_from: str,
         unknown=tuple(unknown), findings=(), replay=f"ferry-harness check {path}")
 
 
-def register(sub: Any) -> dict[str, Any]:
+def register(sub: Any) -> Handlers:
     p = sub.add_parser(
         "check", help="check a recorded history (history.jsonl) offline",
         description="Check a recorded history — a fuzz or crash report's history.jsonl, or "
@@ -85,8 +87,8 @@ def register(sub: Any) -> dict[str, Any]:
     p.add_argument("--search-budget", type=int, default=200_000, metavar="N",
                    help="states the linearizability search may explore per object chunk "
                    "(default 200000)")
-    p.add_argument("--wal-bound", type=int, default=64 << 20, metavar="BYTES",
-                   help="the -wal size bound in bytes (default 64 MiB)")
+    p.add_argument("--wal-bound", type=size, default=WAL_BOUND_BYTES, metavar="SIZE",
+                   help="the -wal size bound, e.g. 64MiB, 8MiB, 500000 (bytes; default 64MiB)")
     return {"check": cmd_check}
 
 

@@ -14,11 +14,13 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ferry_harness.check.ops import JSONObject
+from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.cli import bench, check, crash, new_target, protocol, scenario
-from ferry_harness.cli.args import positive_int, positive_seconds, random_seed, seed, size
-from ferry_harness.errors import EXIT_CODES_HELP, ExitCode, FerryError, TargetError
+from ferry_harness.cli.args import Handlers, positive_int, positive_seconds, random_seed, seed, size
+from ferry_harness.errors import EXIT_CODES_HELP, ExitCode, FerryHarnessError, TargetError
 from ferry_harness.report.paths import LATEST, check_report_dir, make_run_dir, run_dir_name
 from ferry_harness.report.protocol import read_hint
 from ferry_harness.report.schema import said_reproduced
@@ -26,6 +28,9 @@ from ferry_harness.report.story import database_note, exit_reason, headline
 from ferry_harness.run.nemesis import FAULTS
 from ferry_harness.runtime.provenance import provenance
 from ferry_harness.runtime.target import add_import_root, add_target_option, load_factory
+
+if TYPE_CHECKING:  # the campaign (Hypothesis) loads only for the commands that run it
+    from ferry_harness.run.campaign import Snapshot
 
 
 def _faults(text: str) -> tuple[str, ...]:
@@ -112,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "package) | github:OWNER/REPO[/ARTIFACT] (read-only). Default: "
                       "$FERRY_EXAMPLE_DB, else DIR/examples under the report directory "
                       "(reports/examples without --report-dir)")
-    fuzz.add_argument("--wal-bound", type=size, default=64 << 20, metavar="SIZE",
+    fuzz.add_argument("--wal-bound", type=size, default=WAL_BOUND_BYTES, metavar="SIZE",
                       help="the -wal may never grow past this (wal-bounded), e.g. 64MiB, "
                       "8MiB, 500000 (bytes; default 64MiB)")
     fuzz.add_argument("--op-timeout", type=positive_seconds, default=None, metavar="SECONDS",
@@ -160,7 +165,7 @@ def _progress_printer(quiet: bool):
         live = Live(console=console, refresh_per_second=4, transient=True)
         live.start()
 
-        def show(s: dict[str, Any]) -> None:
+        def show(s: Snapshot) -> None:
             budget = f"/{s['budget']:.0f}s" if s.get("budget") else "s"
             live.update(f"[bold]{s['phase']}[/] {s['elapsed']:.1f}{budget}  examples {s['examples']}  "
                         f"race rounds {s['race_rounds']}  ops {s['ops']}  "
@@ -168,7 +173,7 @@ def _progress_printer(quiet: bool):
         return show, live.stop
     last = [0.0]
 
-    def line(s: dict[str, Any]) -> None:
+    def line(s: Snapshot) -> None:
         now = time.monotonic()
         if now - last[0] >= 5 or s["phase"] != "fuzzing":
             last[0] = now
@@ -331,15 +336,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 # Further subcommands live in their own modules, each with
 # ``register(subparsers) -> handler`` where ``handler(args) -> int`` (exit code).
-def _subcommands(sub: Any) -> dict[str, Any]:
+def _subcommands(sub: Any) -> Handlers:
     """Every subcommand but fuzz and replay registers itself from its own cli module."""
-    handlers: dict[str, Any] = {}
+    handlers: Handlers = {}
     for module in (bench, scenario, crash, new_target, check, protocol):
         handlers.update(module.register(sub))
     return handlers
 
 
-def _replay_scenario(report: dict[str, Any], target: str, tries: int) -> int:
+def _replay_scenario(report: JSONObject, target: str, tries: int) -> int:
     """A scenario report replays by running the scenario again, ``tries`` times."""
     # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
     from ferry_harness.cli.scenario import run_scenarios
@@ -362,7 +367,7 @@ def _replay_scenario(report: dict[str, Any], target: str, tries: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    handlers: dict[str, Any] = {"fuzz": cmd_fuzz, "replay": cmd_replay}
+    handlers: Handlers = {"fuzz": cmd_fuzz, "replay": cmd_replay}
     handlers.update(_subcommands(sub))
     args = parser.parse_args(argv)
     if args.command is None:
@@ -371,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return handlers[args.command](args)
-    except FerryError as exc:
+    except FerryHarnessError as exc:
         print(f"ferry-harness: error: {exc}", file=sys.stderr)
         return ExitCode.ERROR
     except KeyboardInterrupt:

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ferry_harness.cli.args import Handlers
 from ferry_harness.errors import EXIT_CODES_HELP, ExitCode
 from ferry_harness.tools.new_target import RESERVED, render
 
 
-def register(sub: Any) -> dict[str, Any]:
+def register(sub: Any) -> Handlers:
     p = sub.add_parser(
         "new-target", help="write a working store skeleton NAME.py and its pytest gate",
         description="Write NAME.py, a small but complete SQLite-WAL leasing store that passes "

@@ -10,11 +10,12 @@ import argparse
 import sys
 from typing import Any
 
+from ferry_harness.cli.args import Handlers
 from ferry_harness.errors import ExitCode
 from ferry_harness.report.protocol import close_matches, protocol_text, section
 
 
-def register(sub: Any) -> dict[str, Any]:
+def register(sub: Any) -> Handlers:
     p = sub.add_parser(
         "protocol", help="print PROTOCOL.md, or one section of it",
         description="Print the store protocol shipped with this ferry: the whole document, "

@@ -25,12 +25,17 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ferry_harness.check.ops import CallArgs
 from ferry_harness.check.rules import anchor_for
+from ferry_harness.errors import FerryViolation
 from ferry_harness.run import profiles
+
+if TYPE_CHECKING:  # the campaign (Hypothesis) loads only for the commands that run it
+    from ferry_harness.run.campaign import Progress, Snapshot
 
 DEFAULT_REPORT_DIR = "ferry-reports"
 DEFAULT_WORKERS = 4
@@ -213,18 +218,13 @@ NOT_INVARIANTS = frozenset({"unknown", "could-not-run", "target"})
 _HUNG: dict[str, str] = {}
 
 
-class FerryViolation(Exception):
-    """A ferry item failed: carries the invariant and the report directory."""
-
-    def __init__(self, invariant: str, message: str, report: Path | None) -> None:
-        anchor = anchor_for(invariant, message)  # the section of the rule it broke
-        if invariant not in NOT_INVARIANTS and anchor not in message:
-            message = (f"{message} (see {anchor}; installed with ferry: "
-                       f"ferry-harness protocol {anchor.partition('#')[2] or invariant})")
-        where = f" — report: {report}" if report else ""
-        super().__init__(f"[{invariant}] {message}{where}")
-        self.invariant = invariant
-        self.report = report
+def _violation(invariant: str, message: str, report: Path | None) -> FerryViolation:
+    """The item's failure, its message naming the section of the rule it broke."""
+    anchor = anchor_for(invariant, message)
+    if invariant not in NOT_INVARIANTS and anchor not in message:
+        message = (f"{message} (see {anchor}; installed with ferry: "
+                   f"ferry-harness protocol {anchor.partition('#')[2] or invariant})")
+    return FerryViolation(invariant, message, report)
 
 
 class FerryGate:
@@ -295,20 +295,20 @@ class FerryItem(pytest.Item):
         try:
             load_factory(self._target)
         except TargetError as exc:
-            raise FerryViolation("target", str(exc), None) from None
+            raise _violation("target", str(exc), None) from None
         hung = _HUNG.get(self._target)
         if hung is not None:  # every further run would only wait out the same hang
-            raise FerryViolation("liveness", f"not run: the target hung in {hung} (see that "
+            raise _violation("liveness", f"not run: the target hung in {hung} (see that "
                                  "item's report); a hanging target fails the whole gate", None)
-        from ferry_harness.errors import FerryError  # lazy: as above
+        from ferry_harness.errors import FerryHarnessError  # lazy: as above
 
         try:
             if self.kind == "scenario":
                 self._run_scenario()
             else:
                 self._run_fuzz()
-        except FerryError as exc:  # a factory that raises in a worker: one line, no traceback
-            raise FerryViolation("target", str(exc), None) from None
+        except FerryHarnessError as exc:  # a factory that raises in a worker: one line, no traceback
+            raise _violation("target", str(exc), None) from None
         except FerryViolation as exc:
             if exc.invariant == "liveness":
                 _HUNG[self._target] = self.name
@@ -328,10 +328,10 @@ class FerryItem(pytest.Item):
                                       workers=self._workers, directory=self._dir())
             self.user_properties.append(("ferry_report", str(d)))
             if result.status == "error":  # nothing was decided about the invariant
-                raise FerryViolation("could-not-run", f"scenario {self.scenario} could not "
+                raise _violation("could-not-run", f"scenario {self.scenario} could not "
                                      f"run: {result.explanation}", d)
             self.user_properties.append(("ferry_invariant", result.invariant))
-            raise FerryViolation(result.invariant, result.explanation, d)
+            raise _violation(result.invariant, result.explanation, d)
 
     def _run_fuzz(self) -> None:
         # lazy: this plugin loads in every pytest session; the harness only when used
@@ -361,16 +361,16 @@ class FerryItem(pytest.Item):
             # example database replayed, then every other distinct invariant found
             invariant, message = gate_message(report)
             self.user_properties.append(("ferry_invariant", invariant))
-            raise FerryViolation(invariant, f"{message}; seed {st.seed}", d)
+            raise _violation(invariant, f"{message}; seed {st.seed}", d)
         if outcome.verdict == "interrupted":  # stopped before anything was decided
-            raise FerryViolation("unknown", "the run was interrupted before it decided "
+            raise _violation("unknown", "the run was interrupted before it decided "
                                  "anything: not a pass", d)
         if outcome.verdict == "unknown":  # nothing was decided: not a pass
             why = "; ".join((report.unknown or ())[:3]) or \
                 "no example completed within the budget"
-            raise FerryViolation("unknown", f"the run decided nothing: {why}", d)
+            raise _violation("unknown", f"the run decided nothing: {why}", d)
 
-    def _progress(self, budget: float | None) -> Callable[[dict[str, Any]], None]:
+    def _progress(self, budget: float | None) -> Progress:
         """A line on the terminal when the campaign starts and every
         :data:`PROGRESS_EVERY_S` after (not with ``-q`` or under xdist, which has no
         terminal in its workers)."""
@@ -381,7 +381,7 @@ class FerryItem(pytest.Item):
         last = [-math.inf]
         of = f"/{budget:.0f}s" if budget else "s"
 
-        def show(s: dict[str, Any]) -> None:
+        def show(s: Snapshot) -> None:
             now = time.monotonic()
             if now - last[0] < PROGRESS_EVERY_S:
                 return
@@ -557,7 +557,7 @@ def ferry_race(ferry_workers: Any, ferry_history: Any) -> Callable[..., list[Any
     # lazy: this plugin loads in every pytest session; the harness only when used
     from ferry_harness.runtime.client import PlannedCall
 
-    def race(op: str, args: list[dict[str, Any]] | dict[str, Any] | None = None, *,
+    def race(op: str, args: list[CallArgs] | CallArgs | None = None, *,
              agents: list[str] | None = None, k: int | None = None) -> list[Any]:
         k = k or (len(agents) if agents else len(args) if isinstance(args, list) else ferry_workers.size)
         if k > ferry_workers.size:
@@ -626,7 +626,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     import tempfile
 
     # lazy: this plugin loads in every pytest session; the harness only when used
-    from ferry_harness.errors import FerryError
+    from ferry_harness.errors import FerryHarnessError
     from ferry_harness.runtime.client import WorkerPool
     from ferry_harness.runtime.clock import SharedClock
 
@@ -634,7 +634,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         try:
             with WorkerPool(st.target, SharedClock(), 2) as pool:
                 pool.open(os.path.join(tmp, "probe.db"))
-        except FerryError as exc:
+        except FerryHarnessError as exc:
             raise pytest.UsageError(f"{_raw(config, 'target')[1]} {st.target}: {exc}") from None
 
 

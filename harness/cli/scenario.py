@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ferry_harness.check.checker import invariant_status, refusals
-from ferry_harness.cli.args import positive_int
+from ferry_harness.cli.args import Handlers, positive_int
 from ferry_harness.errors import ExitCode
 from ferry_harness.report.markdown import fence
 from ferry_harness.report.paths import check_report_dir
@@ -47,7 +47,7 @@ STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow", "error": "bold r
 LABEL = {"pass": "passed", "fail": "failed", "skip": "skipped", "error": "could not run"}
 
 
-def register(sub: Any) -> dict[str, Any]:
+def register(sub: Any) -> Handlers:
     p = sub.add_parser(
         "scenarios", help="run classic leasing-store races as named reproductions",
         description="Run named race scenarios (thundering herd, impersonation, zombie holder, "

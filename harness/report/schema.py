@@ -18,6 +18,7 @@ from typing import Any
 
 from ferry_harness.check.history import Op
 from ferry_harness.check.invariant import Violation
+from ferry_harness.check.ops import JSONObject
 from ferry_harness.check.rules import anchor_for
 
 REPORT_KINDS = ("fuzz", "scenario", "check", "crash")
@@ -316,9 +317,9 @@ def violation_entry(v: Violation, history: Iterable[Op] | None, **more: Any) -> 
 
 
 # --------------------------------------------------------------------------- to JSON
-def report_to_json(report: Report) -> dict[str, Any]:
+def report_to_json(report: Report) -> JSONObject:
     """The report as the JSON object written to report.json (crash.json)."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for f in fields(Report):
         value = getattr(report, f.name)
         if value is None and not (f.name == "target_path" and report.kind == "fuzz"):

@@ -26,8 +26,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ferry_harness.check.annotations import Statements, fact
 from ferry_harness.check.checker import INVARIANTS
 from ferry_harness.check.history import FAIL, INFO, OK, History, Op
+from ferry_harness.check.ops import JSONObject
 from ferry_harness.errors import ExitCode
 from ferry_harness.report.schema import Report, report_from_json
 from ferry_harness.report.story import (
@@ -192,7 +194,7 @@ def _fault_label(o: Op) -> str:
 
 
 def _timeline_data(ops: list[Op], parts: list[Partition], bad: set[int],
-                   hot: set[int]) -> dict[str, Any]:
+                   hot: set[int]) -> JSONObject:
     """The JSON the page's script draws: times in µs from the first invoke."""
     if not ops:
         return {"lanes": [], "ops": [], "parts": [], "faults": [], "clock": [], "sql": {}}
@@ -219,10 +221,10 @@ def _timeline_data(ops: list[Op], parts: list[Partition], bad: set[int],
                      o.describe() + (f" · example {o.example} round {o.round}"
                                      if o.round is not None or o.example is not None else ""),
                      part_of.get(o.index, -1)])
-        if o.extra.get("sql"):
+        ran = fact(o, Statements)
+        if ran and ran.ran:
             sql[str(o.index)] = [[s[0], " ".join(str(s[1]).split())[:160], bool(s[2])]
-                                 for s in o.extra["sql"] if isinstance(s, list | tuple)
-                                 and len(s) >= 3]
+                                 for s in ran.ran if isinstance(s, list | tuple) and len(s) >= 3]
         if o.process < 0 and o.op == "nemesis":
             faults.append([us(o.invoke_ns), _fault_label(o), o.index])
     clock, prev = [], None

@@ -23,12 +23,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import get_state_machine_test
 
+from ferry_harness.check.annotations import Statements, fact
 from ferry_harness.check.checker import (
     GENERIC,
     ROBUSTNESS,
@@ -40,6 +41,8 @@ from ferry_harness.check.checker import (
 )
 from ferry_harness.check.history import FAIL, History
 from ferry_harness.check.model import ModelConfig
+from ferry_harness.check.ops import JSONObject
+from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.errors import UsageError
 from ferry_harness.report.paths import write_report_dir
 from ferry_harness.report.schema import (
@@ -95,6 +98,21 @@ SHRINK_SHARE = 0.6  # of the time left after the search; the replays get the res
 REPORT_RESERVE_S = 2.0  # kept back from the time limit for the report and the pool's exit
 
 
+class Snapshot(TypedDict):
+    """Where a running campaign is, for its progress line."""
+
+    examples: int
+    race_rounds: int
+    ops: int
+    violations: int
+    elapsed: float  # seconds since the campaign started
+    budget: float | None  # the search budget (s), None: no budget
+    phase: str  # "fuzzing", then the shrinking and reporting phases
+
+
+Progress = Callable[[Snapshot], None]
+
+
 @dataclass
 class CampaignConfig:
     target: str = "ferry_core:LeaseStore"
@@ -105,7 +123,7 @@ class CampaignConfig:
     report_dir: str = "reports/latest"
     steps_per_example: int = 30
     faults: tuple[str, ...] = ()
-    wal_bound_bytes: int = 64 << 20
+    wal_bound_bytes: int = WAL_BOUND_BYTES
     shrink_budget_s: float = 30.0
     batch: int = 5
     mode: str = "stress"
@@ -260,7 +278,7 @@ def _others(invariant: str) -> frozenset[str]:
 class Campaign:
     """``ferry-harness fuzz``: the main job."""
 
-    def __init__(self, cfg: CampaignConfig, progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(self, cfg: CampaignConfig, progress: Progress | None = None) -> None:
         self.cfg = cfg
         self.progress = progress or (lambda _s: None)
         self.failures: list[Failure] = []
@@ -339,7 +357,7 @@ class Campaign:
         self._tally(ex)
         self._example_done()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Snapshot:
         s = self.runner.stats
         return {"examples": s.examples, "race_rounds": s.race_rounds, "ops": s.ops,
                 "violations": len(self.failures), "elapsed": time.perf_counter() - self.t0,
@@ -696,9 +714,10 @@ def violation_report(v: Violation, failure: Failure,
 
 def schedule_trace(history: History, involved: set[int]) -> tuple[TraceStatement, ...]:
     """The SQL statements of the involved scheduled rounds, in the order they ran."""
-    rounds = {o.round for o in history if o.index in involved and o.extra.get("sql")}
+    ran = {o.index: s.ran for o in history if (s := fact(o, Statements)) is not None}
+    rounds = {o.round for o in history if o.index in involved and ran.get(o.index)}
     rows = sorted((o.round, seq, o.process, sql, switch, o.index) for o in history
-                  if o.round in rounds for seq, sql, switch in o.extra.get("sql", []))
+                  if o.round in rounds for seq, sql, switch in ran.get(o.index, []))
     return tuple(TraceStatement(worker=w, sql=sql, op=i, switch=sw)
                  for _r, _s, w, sql, sw, i in rows)
 
@@ -846,7 +865,7 @@ def renumber(steps: list[tuple[Step, StepTrace]]) -> list[Step]:
     return out
 
 
-def public_steps(steps: list[Step]) -> list[dict[str, Any]]:
+def public_steps(steps: list[Step]) -> list[JSONObject]:
     """Steps as reports and the example database store them (``steps.step_to_json``)."""
     return [step_to_json(st) for st in steps]
 

@@ -7,6 +7,8 @@ and that our own shrinker can cut down, without Hypothesis.
 
 A fault step is handed to the fault runner (:mod:`ferry_harness.run.faults`), which owns the
 kill, pause and clock choreography; the checker judges what it leaves in the history.
+The WAL steps (idle poll, reads, checkpoint), which measure the ``-wal`` around each call,
+are :mod:`ferry_harness.run.walsteps`'s.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ferry_harness.check.annotations import WalSample, fact, mark
 from ferry_harness.check.checker import Checker, Violation
 from ferry_harness.check.history import OK, History, Op
+from ferry_harness.check.ops import CallArgs
 from ferry_harness.errors import HarnessError
+from ferry_harness.run import walsteps
 from ferry_harness.run.faults import FaultRunner, KnownClaim, integrity_op
 from ferry_harness.run.hostile import hostile_call
 from ferry_harness.run.nemesis import Nemesis
@@ -47,8 +52,6 @@ from ferry_harness.runtime.client import PlannedCall, WorkerPool
 from ferry_harness.runtime.clock import SharedClock
 
 LOCK_NAME = "ferry-daemon"
-_SETTLE_POLLS = 50  # polls before an idle probe, each may take a ready task
-READER_HOLD_S = 0.2  # how long the "checkpoint with a reader open" probe keeps its snapshot
 STALL_S = 1.0  # an op that ran this long kept the other workers waiting: a report finding
 START_MS = 1_000_000_000
 CLOCK_LIMIT_MS = 1 << 42  # the harness clock stays below this (PROTOCOL.md#limits, huge TTLs)
@@ -98,7 +101,7 @@ class Executor:
         self.capabilities = set(pool.capabilities)
         if os.path.exists(path + "-wal"):
             self.capabilities.add("wal-file")
-        # hold the target only to the SPEC features it has (ferry_harness.check.ops.FEATURES)
+        # hold the target only to the protocol features it has (ferry_harness.check.ops.FEATURES)
         self.checker.cfg = self.checker.cfg.for_capabilities(self.capabilities)
         self.checker.skips = frozenset(pool.skips)  # ferry_skips: not checked at all
 
@@ -140,13 +143,13 @@ class Executor:
             rounds[self._round_in_step] = tuple(chooser.taken)  # replays follow these exactly
             self._round_in_step += 1
         for op in ops:
-            self._note_stall(op)
+            self.note_stall(op)
         self.stats.ops += len(ops)
         return ops
 
     _run = run_calls
 
-    def _note_stall(self, op: Op) -> None:
+    def note_stall(self, op: Op) -> None:
         if op.complete_ns and op.type != "info":
             took = (op.complete_ns - op.invoke_ns) / 1e9
             if took >= STALL_S:
@@ -225,7 +228,8 @@ class Executor:
         self.steps[-1] = ran
         new = self.history.ops[start:]
         if new and "wal-file" in self.capabilities:  # the growth bound, sampled every step
-            new[-1].extra["wal_after_step"] = self.pool.wal_size()
+            had = fact(new[-1], WalSample) or WalSample()
+            mark(new[-1], replace(had, wal_after_step=self.pool.wal_size()))
         self._learn(new)
         self.traces.append(StepTrace(
             task_refs=tuple(self._refs.get("tasks", ())),
@@ -249,7 +253,7 @@ class Executor:
         if ("dag" not in self.capabilities or not self.tasks) and s.depends_on:
             s = replace(s, depends_on=())
         deps = sorted({self._task(i) for i in s.depends_on}) if self.tasks else []
-        args: dict[str, Any] = {"target_agent": s.target_agent, "queue_ttl_ms": s.queue_ttl_ms,
+        args: CallArgs = {"target_agent": s.target_agent, "queue_ttl_ms": s.queue_ttl_ms,
                                 "exec_ttl_ms": s.exec_ttl_ms, "max_attempts": s.max_attempts,
                                 "payload": {"n": len(self.tasks)}}
         if deps and "dag" in self.capabilities:
@@ -280,9 +284,9 @@ class Executor:
             return  # a claim-only target (or one that cannot take tasks at all)
         self._run([PlannedCall(slot=i, op="poll_next", args={}, agent=a) for i, a in enumerate(agents)])
 
-    def holder_args(self, c: KnownClaim, op: str, tag: int) -> dict[str, Any]:
+    def holder_args(self, c: KnownClaim, op: str, tag: int) -> CallArgs:
         """The arguments of holder op ``op`` on ``c`` (``tag`` marks its result)."""
-        args: dict[str, Any] = {"task_id": c.task_id, "token": c.token}
+        args: CallArgs = {"task_id": c.task_id, "token": c.token}
         if op == "fulfill":
             args["result"] = {"by": tag, "step": len(self.steps)}
         elif op == "fail":
@@ -369,69 +373,9 @@ class Executor:
         self._one(1, s.op, s.owner, **args)
         return s
 
-    def _step_idle_poll(self, s: IdlePoll) -> Step:
-        """Settle, then poll: if nothing came back the poll was idle and must not write.
-
-        Settling makes the measured poll idle by construction (PROTOCOL.md#freedoms-a-correct-store-may-take: a poll that applies
-        a due expiry or claims a task has work to do and may write): sweep where the store
-        has it, then poll until a poll comes back empty, all at one frozen instant."""
-        if "wal-file" not in self.capabilities or "poll_next" not in self.capabilities:
-            return s  # idle-no-write is skipped (target lacks poll_next or the -wal file)
-        if "sweep" in self.capabilities:
-            self._one(0, "sweep", "janitor")
-        for _ in range(_SETTLE_POLLS):
-            settle = self._one(0, "poll_next", "idle-probe")
-            if settle.type != OK or settle.value is None:
-                break
-        else:
-            return s  # still claiming work: no idle instant to measure
-        before, mark = self.pool.wal_size(), self.pool.wal_mark()
-        op = self._one(0, "poll_next", "idle-probe")
-        op.extra.update(wal_before=before, wal_after=self.pool.wal_size(),
-                        wal_mark_before=mark, wal_mark_after=self.pool.wal_mark(),
-                        idle=op.type == OK and op.value is None)
-        return s
-
-    def _step_reads(self, s: Reads) -> Step:
-        """Reads must not write: measure the -wal around each one."""
-        has_wal = "wal-file" in self.capabilities
-        calls: list[tuple[str, dict[str, Any]]] = []
-        for tid in self.tasks[-6:]:
-            if "get" in self.capabilities:
-                calls.append(("get", {"task_id": tid}))
-            if "salvaged" in self.capabilities:
-                calls.append(("salvaged", {"task_id": tid}))
-        if "inspect" in self.capabilities:
-            calls.append(("inspect", {}))
-        for name, args in calls:
-            before, mark = self.pool.wal_size(), self.pool.wal_mark()
-            op = self._one(1, name, "reader", **args)
-            if has_wal:
-                op.extra.update(wal_before=before, wal_after=self.pool.wal_size(),
-                                wal_mark_before=mark, wal_mark_after=self.pool.wal_mark(),
-                                idle=True)
-        return s
-
-    def _step_checkpoint(self, s: Checkpoint) -> Step:
-        self.checkpoint(reader=s.reader)
-        return s
-
     def checkpoint(self, *, reader: bool) -> None:
-        """A TRUNCATE checkpoint, with or without an outside reader open."""
-        if "checkpoint" not in self.capabilities or "wal-file" not in self.capabilities:
-            return
-        if reader:  # the outside reader lets go after READER_HOLD_S, whatever the store does
-            self.round += 1
-            op = self.pool.run_with_reader(
-                PlannedCall(slot=0, op="checkpoint", args={"mode": "TRUNCATE"}, agent="janitor"), self.history,
-                READER_HOLD_S, round_id=self.round, example=self.example)
-            self.stats.ops += 1
-            self._note_stall(op)
-            op.extra.update(reader=True, reader_hold_s=READER_HOLD_S,
-                            wal_after=self.pool.wal_size())
-        else:
-            op = self._one(0, "checkpoint", "janitor", mode="TRUNCATE")
-            op.extra.update(reader=False, wal_after=self.pool.wal_size())
+        """A TRUNCATE checkpoint, with or without an outside reader open (see walsteps)."""
+        walsteps.checkpoint(self, reader=reader)
 
     def _step_audit(self, s: Audit) -> Step:
         """End of an example: materialise expiries, then read everything back."""
@@ -466,7 +410,7 @@ class Executor:
     _HANDLERS: dict[type, Callable[[Executor, Any], Step]] = {
         Dispatch: _step_dispatch, RaceClaim: _step_race_claim, RacePoll: _step_race_poll,
         Holder: _step_holder, Hostile: _step_hostile, Clock: _step_clock,
-        LockRace: _step_lock_race, LockOp: _step_lock_op, IdlePoll: _step_idle_poll,
-        Reads: _step_reads, Checkpoint: _step_checkpoint, Audit: _step_audit,
+        LockRace: _step_lock_race, LockOp: _step_lock_op, IdlePoll: walsteps.idle_poll,
+        Reads: walsteps.reads, Checkpoint: walsteps.checkpoint_step, Audit: _step_audit,
         Fault: _step_fault,
     }

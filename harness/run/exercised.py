@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ferry_harness.check.annotations import Probe, WalSample, fact, has
 from ferry_harness.check.history import FAIL, OK, Op
 from ferry_harness.run.executor import Executor
 from ferry_harness.run.steps import Clock, LockRace
@@ -89,10 +90,11 @@ def evaluations(ex: Executor) -> dict[str, int]:
     won = [o for o in ops if o.op in CLAIMS and o.type == OK and o.value]
     holder = [o for o in ops if o.op in HOLDER]
     reads = [o for o in ops if o.op in READ and o.type == OK]
+    wal = [(o, w) for o in ops if (w := fact(o, WalSample)) is not None]
     leases = len(won) + sum(1 for o in holder if o.op == "extend" and o.type == OK)
     boundaries = sum(1 for st in ex.steps if isinstance(st, (Clock, LockRace))
                      and st.offset is not None)
-    boundaries += sum(1 for o in ops if "probe" in o.extra)
+    boundaries += sum(1 for o in ops if has(o, Probe))
     n = {
         "single-winner": len(won),
         "token-unique": len(won) + len(holder) + len(reads),
@@ -102,9 +104,9 @@ def evaluations(ex: Executor) -> dict[str, int]:
         "lock-exclusive": sum(1 for o in ops if o.op in LOCK),
         "dag-order": dependency_judgements(ops)[0],
         "no-lost-task": len(reads) + sum(1 for o in ops if o.op in CLAIMS and o.type == OK),
-        "wal-bounded": sum(1 for o in ops if o.op == "checkpoint" and not o.extra.get("reader")
-                           and "wal_after" in o.extra),
-        "idle-no-write": sum(1 for o in ops if o.extra.get("idle")),
+        "wal-bounded": sum(1 for o, w in wal if o.op == "checkpoint" and not w.reader
+                           and w.wal_after is not None),
+        "idle-no-write": sum(1 for _o, w in wal if w.idle),
         "linearizable": len({o.task_id for o in ops if o.task_id} |
                             {o.args.get("name") for o in ops if o.op in LOCK}),
         "typed-errors": len(ops),

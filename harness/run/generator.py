@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from ferry_harness.check.checker import Violation
+from ferry_harness.errors import ViolationFound
 from ferry_harness.run.executor import Executor
 from ferry_harness.run.faults import ANY_CALL
 from ferry_harness.run.hostile import HOSTILE_CASES
@@ -38,14 +39,6 @@ AGENTS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 OWNERS = ("daemon-1", "daemon-2", "daemon-3", "daemon-4")
 # what a holder step draws: fulfill twice as often (it is what ends most lifecycles)
 HOLDER_DRAWS = ("fulfill", "fulfill", "fail", "release", "extend", "salvage")
-
-
-class ViolationFound(AssertionError):
-    """An invariant broke; carries the violations (the campaign keeps the execution)."""
-
-    def __init__(self, violations: list[Violation]) -> None:
-        super().__init__("; ".join(str(v) for v in violations))
-        self.violations = violations
 
 
 class Context(Protocol):

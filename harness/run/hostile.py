@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ferry_harness.check.history import Op
+from ferry_harness.check.ops import CallArgs
 from ferry_harness.run.faults import KnownClaim
 from ferry_harness.runtime.client import PlannedCall, WorkerPool
 
@@ -22,7 +23,7 @@ class HasClaims(Protocol):
 
 
 def _holder_hostile(field: str, value: Any) -> Any:
-    def make(ex: HasClaims) -> dict[str, Any] | None:
+    def make(ex: HasClaims) -> CallArgs | None:
         if not ex.claims:
             return None
         c = ex.claims[-1]
@@ -34,7 +35,7 @@ def _holder_hostile(field: str, value: Any) -> Any:
 
 
 def _dispatch_hostile(**bad: Any) -> Any:
-    def make(ex: HasClaims) -> dict[str, Any]:
+    def make(ex: HasClaims) -> CallArgs:
         args = {"target_agent": None, "queue_ttl_ms": 10_000, "exec_ttl_ms": 50,
                 "max_attempts": 1, "payload": {"n": -1}}
         args.update(bad)

@@ -8,11 +8,27 @@ ferry's own fuzz campaigns.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from hypothesis import HealthCheck, settings
 
-PROFILES: dict[str, dict[str, Any]] = {
+
+class Profile(TypedDict):
+    """A ferry profile's Hypothesis settings and campaign budget."""
+
+    max_examples: int
+    stateful_step_count: int
+    budget_s: float
+
+
+class CampaignDefaults(TypedDict):
+    """What a profile sets for a fuzz campaign."""
+
+    budget_s: float
+    steps_per_example: int
+
+
+PROFILES: dict[str, Profile] = {
     # CI: bounded and quiet; failures are printed with their blob for reproduction
     "ferry-ci": {"max_examples": 60, "stateful_step_count": 30, "budget_s": 30.0},
     # a developer's loop: fast feedback
@@ -36,7 +52,7 @@ def current() -> str:
     return settings.get_current_profile_name()
 
 
-def campaign_defaults() -> dict[str, Any]:
+def campaign_defaults() -> CampaignDefaults:
     """Budget and steps per example for a campaign under the current profile."""
     name = current()
     p = PROFILES.get(name)

@@ -8,7 +8,7 @@ References inside steps (``task``, ``claim``, ``depends_on``) are positions amon
 run has produced so far, counted from the newest (0 = the task dispatched last, the claim
 made last) and taken modulo the count: a shrunk or replayed list always resolves to
 something, and small numbers (what shrinking tends to) point at the freshest objects.
-Parameters that are SPEC parameters carry the SPEC's name (``queue_ttl_ms``,
+Parameters that are protocol parameters carry PROTOCOL.md#operations' name (``queue_ttl_ms``,
 ``exec_ttl_ms``, ``max_attempts``, ``target_agent``, ``ttl_ms``); times are milliseconds
 on the harness clock unless the name says otherwise.
 
@@ -27,6 +27,7 @@ import typing
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Union
 
+from ferry_harness.check.ops import JSONObject
 from ferry_harness.errors import UsageError
 
 
@@ -44,7 +45,7 @@ class Scheduled:
 
 @dataclass(frozen=True, kw_only=True)
 class Dispatch:
-    """The client submits one task (SPEC ``dispatch``); its payload is its number."""
+    """The client submits one task (PROTOCOL.md#dispatch); its payload is its number."""
 
     target_agent: str | None = None  # the only agent that may take it; None: any agent
     queue_ttl_ms: int  # how long it may wait to be claimed before it times out, ms
@@ -176,10 +177,10 @@ def kind(step: Step) -> str:
     return KIND_OF[type(step)]
 
 
-def step_to_json(step: Step) -> dict[str, Any]:
+def step_to_json(step: Step) -> JSONObject:
     """The step as JSON data: its ``kind``, its own fields, then ``pct`` and ``schedules``;
     fields that are None or empty (not set) are left out, tuples become lists."""
-    out: dict[str, Any] = {"kind": kind(step)}
+    out: JSONObject = {"kind": kind(step)}
     scheduling = {f.name for f in fields(Scheduled)}  # last: the step's own fields lead
     for f in sorted(fields(step), key=lambda f: f.name in scheduling):
         v = getattr(step, f.name)

@@ -17,13 +17,14 @@ from ferry_harness.check.ops import (
     FEATURES,
     PROTOCOL,
     STRICT_CHOICES,
+    CallArgs,
     plain,
 )
 
 __all__ = ["call", "capabilities", "execute"]
 
 
-def call(store: Any, op: str, args: dict[str, Any], agent: str) -> Any:
+def call(store: Any, op: str, args: CallArgs, agent: str) -> Any:
     """Invoke ``op`` on ``store``; raises whatever the store raises."""
     if op not in PROTOCOL:
         raise ValueError(f"unknown operation {op!r}; known: {sorted(PROTOCOL)}")
@@ -41,7 +42,7 @@ def call(store: Any, op: str, args: dict[str, Any], agent: str) -> Any:
     return method(*positional)
 
 
-def execute(store: Any, op: str, args: dict[str, Any], agent: str) -> tuple[str, Any, str | None, str | None]:
+def execute(store: Any, op: str, args: CallArgs, agent: str) -> tuple[str, Any, str | None, str | None]:
     """Run and classify: (``ok``, value, None, None) or (``fail``, None, error class, message).
 
     Any exception that is not a typed refusal propagates: the caller records it as
@@ -55,11 +56,13 @@ def execute(store: Any, op: str, args: dict[str, Any], agent: str) -> tuple[str,
 
 
 def capabilities(store: Any) -> frozenset[str]:
-    """What the model may hold ``store`` to: its operations, the SPEC :data:`FEATURES` it
-    implements, and the :data:`STRICT_CHOICES` it declares.
+    """What the model may hold ``store`` to: its operations, the protocol :data:`FEATURES`
+    (PROTOCOL.md#ferry_capabilities) it implements, and the :data:`STRICT_CHOICES` it
+    declares.
 
     ``ferry_capabilities`` (operations and features) replaces detection for third-party
-    queues that lack parts of SPEC; ``ferry_declares`` adds stricter choices. Example::
+    queues that lack parts of the protocol (PROTOCOL.md#capability-declarations);
+    ``ferry_declares`` adds stricter choices. Example::
 
         class MyStore:
             ferry_declares = frozenset({"holder-binding"})
@@ -74,7 +77,8 @@ def capabilities(store: Any) -> frozenset[str]:
                 params = inspect.signature(store.dispatch).parameters
             except (TypeError, ValueError):
                 params = {}
-            # a wrapper's (*args, **kwargs) hides the real signature: SPEC's default is a DAG
+            # a wrapper's (*args, **kwargs) hides the real signature: the protocol's default
+            # is a DAG (PROTOCOL.md#dependencies-and-the-failure-cascade)
             if "depends_on" in params or not params or any(
                     p.kind is p.VAR_KEYWORD for p in params.values()):
                 caps.add("dag")

@@ -27,7 +27,9 @@ from typing import Any
 
 import multiprocess as mp
 
-from ferry_harness.check.history import CUT_SHORT, INFO, History, Op
+from ferry_harness.check.annotations import CutShort, Died, Hung, Statements, mark
+from ferry_harness.check.history import INFO, History, Op
+from ferry_harness.check.ops import CallArgs
 from ferry_harness.errors import HarnessError
 from ferry_harness.runtime import schedule
 from ferry_harness.runtime.calls import capabilities, execute
@@ -227,7 +229,7 @@ class PlannedCall:
 
     slot: int  #: index of the worker (pool slot) that runs it
     op: str  #: protocol operation name (ferry_harness.check.ops.PROTOCOL)
-    args: dict[str, Any]  #: the operation's arguments, plain JSON-ready data
+    args: CallArgs  #: the operation's arguments, plain JSON-ready data
     agent: str  #: the agent id the call is made as
 
 
@@ -294,14 +296,14 @@ class WorkerPool:
         paused = self.paused_workers()
         if by_deadline:
             op.note = f"stopped at the campaign's budget after {waited:.1f}s; worker killed"
-            op.extra[CUT_SHORT] = "budget"
+            mark(op, CutShort(why="budget"))
         elif paused:
-            op.extra[CUT_SHORT] = "frozen worker"
+            mark(op, CutShort(why="frozen worker"))
             op.note = (f"no answer within {waited:.1f}s while worker(s) {paused} were frozen "
                        "(SIGSTOP) and may hold the lock; worker killed")
         else:
             op.note = f"no answer within {waited:.1f}s; worker killed"
-            op.extra["hung_s"] = round(waited, 3)
+            mark(op, Hung(seconds=round(waited, 3)))
 
     # ---------------------------------------------------------------- lifecycle
     def __enter__(self) -> WorkerPool:
@@ -501,7 +503,7 @@ class WorkerPool:
 
         With a barrier (the default for more than one call) all workers start together.
         With a ``chooser`` (schedule mode) they then run one statement at a time in the
-        order it decides; each op's ``extra["sql"]`` lists its statements as
+        order it decides; each op's ``Statements`` fact lists its statements as
         ``[seq, sql, switch]`` in the order they ran.
         """
         controlled = chooser is not None and len(calls) > 1
@@ -557,10 +559,10 @@ class WorkerPool:
                     w.proc.join(0.5)
                     if w.doomed:
                         op.note = "worker died: killed by an injected fault during the operation"
-                        op.extra[CUT_SHORT] = "fault"
+                        mark(op, CutShort(why="fault"))
                     else:
                         op.note = f"worker died during the operation (exit code {w.proc.exitcode})"
-                        op.extra["died"] = w.proc.exitcode
+                        mark(op, Died(exitcode=w.proc.exitcode))
                     op.complete_ns = time.monotonic_ns()
                     self.replace(slot)
                     continue
@@ -593,7 +595,7 @@ class WorkerPool:
             _record(op, reply)
         else:
             op.note = f"worker killed (SIGKILL) {delay_s * 1000:.2f} ms into the operation"
-            op.extra[CUT_SHORT] = "fault"
+            mark(op, CutShort(why="fault"))
             op.complete_ns = time.monotonic_ns()
         self.replace(call.slot)
         return op
@@ -605,8 +607,11 @@ class WorkerPool:
         limit, by_deadline = self._wait_limit()
         res = schedule.run_round([self.slots[s].conn for s in slots], [o.index for o in ops],
                                  chooser, stall_s=limit)
+        ran: dict[int, list[list[Any]]] = {}
         for seq, (pos, _idx, sql, switch) in enumerate(res.trace):
-            ops[pos].extra.setdefault("sql", []).append([seq, sql, switch])
+            ran.setdefault(pos, []).append([seq, sql, switch])
+        for pos, statements in ran.items():
+            mark(ops[pos], Statements(ran=statements))
         for pos, op in enumerate(ops):
             reply = res.replies.get(pos)
             if reply is not None:
@@ -617,7 +622,7 @@ class WorkerPool:
             op.note = res.note or "worker died during a scheduled round"
             if pos in res.died:
                 if not self.slots[slots[pos]].doomed:
-                    op.extra["died"] = self.slots[slots[pos]].proc.exitcode
+                    mark(op, Died(exitcode=self.slots[slots[pos]].proc.exitcode))
                 self.replace(slots[pos])
             elif pos in res.hung:  # running inside the store, not parked at a point
                 self._mark_hung(op, limit, by_deadline)

@@ -30,8 +30,9 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
-from typing import Any
+from typing import Any, TypedDict
 
+from ferry_harness.errors import ScheduleAbort
 from ferry_harness.runtime.wire import (
     AbortSchedule,
     AtSchedulePoint,
@@ -42,12 +43,15 @@ from ferry_harness.runtime.wire import (
 )
 
 _original_connect = sqlite3.connect
-_state: dict[str, Any] = {"pipe": None, "op": None, "connections": 0, "busy": False}
+class _State(TypedDict):
+    pipe: Any  # the controller's end of this worker's pipe, None: not scheduled
+    op: int | None  # the op index now running
+    connections: int
+    busy: bool
+
+
+_state: _State = {"pipe": None, "op": None, "connections": 0, "busy": False}
 _open: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()  # this worker's connections
-
-
-class ScheduleAbort(Exception):
-    """The controller gave up on this round (stall or timeout)."""
 
 
 def _point(sql: Any) -> None:

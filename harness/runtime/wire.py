@@ -25,6 +25,8 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
+from ferry_harness.check.ops import CallArgs
+
 
 def send(conn: Any, message: Any) -> None:
     """Send one message (an instance of a class below) over a pipe end."""
@@ -50,7 +52,7 @@ class CallOp:
 
     op_index: int  # the op's index in the controller's history (names the op in replies)
     op: str  # protocol operation name (ferry_harness.check.ops), e.g. "claim"
-    args: dict[str, Any]  # its keyword arguments, e.g. {"task_id": "t1"}
+    args: CallArgs  # its keyword arguments, e.g. {"task_id": "t1"}
     agent: str  # the agent name the operation runs as
     barrier: bool  # report AtBarrier, then wait at the shared gate before running
     barrier_timeout_s: float  # seconds to wait at the gate before giving up (op is info)

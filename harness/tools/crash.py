@@ -59,6 +59,7 @@ from ferry_harness.check.annotations import (
     FinalRead,
     KilledHolder,
     Rescue,
+    WalSample,
     fact,
     mark,
 )
@@ -484,7 +485,7 @@ class Crash:
         if "checkpoint" in pool.capabilities:
             [op] = self.run_round([PlannedCall(slot=0, op="checkpoint", args={"mode": "TRUNCATE"}, agent="janitor")])
             t.wal_after_checkpoint = pool.wal_size()
-            op.extra["wal_after"] = t.wal_after_checkpoint
+            mark(op, WalSample(wal_after=t.wal_after_checkpoint))
             self.judge()
 
     # ------------------------------------------------------------------ report

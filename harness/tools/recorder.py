@@ -29,7 +29,7 @@ from typing import Any
 from ferry_core.errors import FerryError
 from ferry_harness.check.checker import judge_history
 from ferry_harness.check.history import FAIL, INFO, OK, History, Op
-from ferry_harness.check.ops import PROTOCOL, plain
+from ferry_harness.check.ops import PROTOCOL, CallArgs, plain
 
 
 class Recorder:
@@ -91,9 +91,9 @@ class RecordedStore:
         return int(clock() if callable(clock) else clock.now())
 
     def _call(self, name: str, method: Any, args: tuple[Any, ...],
-              kwargs: dict[str, Any]) -> Any:
+              kwargs: CallArgs) -> Any:
         names = PROTOCOL[name]
-        named: dict[str, Any] = dict(zip(names, args, strict=False))
+        named: CallArgs = dict(zip(names, args, strict=False))
         named.update(kwargs)
         agent = named.pop("agent", None) or self._agent
         if name in ("acquire_lock", "release_lock"):

@@ -4,8 +4,8 @@ Pure: each check reads the crash's history. The campaign marks the ops of its fi
 read-back (one ``inspect()``, or a ``get`` of every task) with a
 :class:`ferry_harness.check.annotations.FinalRead` fact,
 records ``PRAGMA integrity_check`` as an ``integrity_check`` op (its text as the value),
-and its closing ``checkpoint(TRUNCATE)`` with the measured ``-wal`` size in
-``extra["wal_after"]``. A violation that the crash summary counts carries
+and its closing ``checkpoint(TRUNCATE)`` with the measured ``-wal`` size as a
+:class:`~ferry_harness.check.annotations.WalSample`. A violation that the crash summary counts carries
 ``detail["tally"]``: the :class:`ferry_harness.tools.crash.Tally` field it adds ``detail.get("count", 1)`` to.
 
 The campaign composes these with the fuzz checks (the model's per-object search
@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ferry_harness.check.annotations import FinalRead, has
+from ferry_harness.check.annotations import FinalRead, WalSample, fact, has
 from ferry_harness.check.history import INFO, OK, Op
 from ferry_harness.check.invariant import Invariant, Violation, won_claims
 from ferry_harness.check.invariants.crash_rounds import round_invariants
@@ -135,7 +135,7 @@ class IntegrityOk:
 
 class WalEmptied:
     """The closing ``checkpoint(TRUNCATE)``, with no reader left, succeeds and leaves the
-    ``-wal`` at 0 bytes (``extra["wal_after"]``, measured by the campaign)."""
+    ``-wal`` at 0 bytes (``WalSample.wal_after``, measured by the campaign)."""
 
     name = "wal-emptied"
     ids = ("wal-bounded",)
@@ -143,10 +143,11 @@ class WalEmptied:
     sees_invalid_args = True
 
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        left = [(o, w.wal_after) for o in fresh if o.op == "checkpoint"
+                and (w := fact(o, WalSample)) is not None and w.wal_after is not None]
         return [Violation("wal-bounded", f"checkpoint(TRUNCATE) -> {o.value or o.error}, "
-                          f"-wal left at {o.extra['wal_after']} bytes", [o.index])
-                for o in fresh if o.op == "checkpoint" and "wal_after" in o.extra
-                and (o.type != OK or o.extra["wal_after"])]
+                          f"-wal left at {n} bytes", [o.index])
+                for o, n in left if o.type != OK or n]
 
 
 # fuzz checks a crash's own say already (each would file the same finding twice): the

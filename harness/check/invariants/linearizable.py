@@ -3,10 +3,10 @@ order (:mod:`ferry_harness.check.linearizability`), the failing step named by th
 
 from __future__ import annotations
 
+from ferry_harness.check.annotations import WritersNowMax, has, mark
 from ferry_harness.check.history import FAIL, Op
 from ferry_harness.check.invariant import INVARIANTS, Violation
 from ferry_harness.check.linearizability import partition_key
-from ferry_harness.check.model import WRITERS_NOW_MAX
 from ferry_harness.check.runstate import RunState
 
 
@@ -47,8 +47,8 @@ class PerObjectSearch:
 def mark_concurrent_writers(run: RunState, fresh: list[Op]) -> None:
     """For each fresh late-fulfill refusal, the latest clock any other possible writer ran
     at before it ended (the model decides from it whether the late result must have been
-    kept: see model.WRITERS_NOW_MAX)."""
+    kept: see annotations.WritersNowMax)."""
     for o in fresh:
         if (o.op == "fulfill" and o.type == FAIL and o.error == "LeaseExpired"
-                and WRITERS_NOW_MAX not in o.extra):
-            o.extra[WRITERS_NOW_MAX] = run.writers.max_before(o.complete_ns or 0, o.index, -1)
+                and not has(o, WritersNowMax)):
+            mark(o, WritersNowMax(now=run.writers.max_before(o.complete_ns or 0, o.index, -1)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ferry_harness.check.annotations import Died, Hung, fact
 from ferry_harness.check.history import Op
 from ferry_harness.check.invariant import Violation
 from ferry_harness.check.runstate import RunState
@@ -21,17 +22,18 @@ class Liveness:
         for o in fresh:
             if o.op == "checkpoint":
                 continue  # a TRUNCATE that cannot finish: wal-bounded's case (see wal.py)
-            if "hung_s" in o.extra:
+            hung, died = fact(o, Hung), fact(o, Died)
+            if hung:
                 out.append(Violation(
                     "liveness",
                     f"{o.op} by {o.agent!r} on worker w{o.process} did not return within "
-                    f"{o.extra['hung_s']:.1f}s (20× the slowest op seen, at least "
+                    f"{hung.seconds:.1f}s (20× the slowest op seen, at least "
                     f"{3:.0f}s; --op-timeout sets it) and was killed: a call must end with a "
                     "result or a typed error, busy waits included", ops=[o.index]))
-            elif "died" in o.extra:
+            elif died:
                 out.append(Violation(
                     "liveness",
                     f"worker w{o.process} died during {o.op} by {o.agent!r} (exit code "
-                    f"{o.extra['died']}) with no fault injected: the store crashed the process",
+                    f"{died.exitcode}) with no fault injected: the store crashed the process",
                     ops=[o.index]))
         return out

@@ -10,7 +10,7 @@ from ferry_harness.check.runstate import RunState
 
 
 class InspectShowsAll:
-    """``inspect()`` lists every dispatched task exactly once, in a SPEC state, every
+    """``inspect()`` lists every dispatched task exactly once, in a state of PROTOCOL.md#task-states, every
     accepted fulfill as ``COMPLETED`` and, for a target with the ``results`` feature, its
     result unchanged (PROTOCOL.md#taskview-fields: a target without it need not show one)."""
 
@@ -35,7 +35,7 @@ class InspectShowsAll:
                 views[tid] = v
                 if v.get("status") not in STATES:
                     out.append(Violation("no-lost-task", f"inspect() shows task {tid} in "
-                                         f"state {v.get('status')!r}, not a SPEC state",
+                                         f"state {v.get('status')!r}, not a state of PROTOCOL.md#task-states",
                                          ops=[o.index]))
             for p in run.ok_writes:
                 if not (p.complete_ns and p.complete_ns < o.invoke_ns):

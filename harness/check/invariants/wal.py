@@ -1,11 +1,13 @@
-"""The WAL rules, from the ``-wal`` measurements the executor attaches to ops as ``extra``:
+"""The WAL rules, from the ``-wal`` measurements the executor attaches to ops (``WalSample``):
 idle calls write nothing (``idle-no-write``); checkpoints can reset it (``wal-bounded``)."""
 
 from __future__ import annotations
 
+from ferry_harness.check.annotations import Hung, WalSample, fact
 from ferry_harness.check.history import FAIL, OK, Op
 from ferry_harness.check.invariant import Violation, injected
 from ferry_harness.check.runstate import RunState
+from ferry_harness.check.sizes import WAL_BOUND_BYTES
 
 
 class WalRules:
@@ -17,37 +19,39 @@ class WalRules:
     needs = ("wal-file",)
     sees_invalid_args = False
 
-    def __init__(self, bound_bytes: int = 64 << 20) -> None:
+    def __init__(self, bound_bytes: int = WAL_BOUND_BYTES) -> None:
         self.bound_bytes = bound_bytes  # the largest -wal file allowed, in bytes
 
     def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
         out = []
         for o in fresh:
-            x = o.extra
-            if "wal_before" in x and "wal_after" in x and x.get("idle"):
+            x = fact(o, WalSample)
+            if x is None:
+                continue
+            if x.wal_before is not None and x.wal_after is not None and x.idle:
                 what = "an idle poll" if o.op == "poll_next" else f"a read ({o.op})"
-                if x["wal_after"] != x["wal_before"]:
+                if x.wal_after != x.wal_before:
                     out.append(Violation(
                         "idle-no-write",
-                        f"{what} grew the -wal file from {x['wal_before']} to {x['wal_after']} "
+                        f"{what} grew the -wal file from {x.wal_before} to {x.wal_after} "
                         "bytes: it wrote although there was nothing to do",
                         ops=[o.index]))
-                elif x.get("wal_mark_before") != x.get("wal_mark_after"):
+                elif x.wal_mark_before != x.wal_mark_after:
                     out.append(Violation(
                         "idle-no-write",
                         f"{what} appended to the WAL (its header or frame count changed: "
-                        f"{x.get('wal_mark_before')} -> {x.get('wal_mark_after')}), though the "
+                        f"{x.wal_mark_before} -> {x.wal_mark_after}), though the "
                         "file size stayed the same: it wrote although there was nothing to do",
                         ops=[o.index]))
-            if (o.op == "checkpoint" and x.get("reader") and "hung_s" in x
-                    and not injected(o)):
+            hung = fact(o, Hung)
+            if o.op == "checkpoint" and x.reader and hung and not injected(o):
                 out.append(Violation(
                     "wal-bounded",
-                    f"checkpoint(TRUNCATE) was still waiting {x['hung_s']:.1f}s after the "
-                    f"outside reader let go (it held its snapshot {x.get('reader_hold_s', 0)}s): "
+                    f"checkpoint(TRUNCATE) was still waiting {hung.seconds:.1f}s after the "
+                    f"outside reader let go (it held its snapshot {x.reader_hold_s or 0}s): "
                     "something of the store itself keeps a read transaction open, so the WAL "
                     "can never be reset", ops=[o.index]))
-            if (o.op == "checkpoint" and "wal_after" in x and not x.get("reader")
+            if (o.op == "checkpoint" and x.wal_after is not None and not x.reader
                     and o.type != OK and not injected(o)):
                 out.append(Violation(
                     "wal-bounded",
@@ -55,15 +59,15 @@ class WalRules:
                     f"{'refused with ' + str(o.error) if o.type == FAIL else 'not answered'}"
                     f"{': ' + str(o.message)[:120] if o.message else ''}: with no reader it "
                     "must empty the -wal, or the WAL grows without bound", ops=[o.index]))
-            if o.op == "checkpoint" and "wal_after" in x and not x.get("reader"):
-                if o.type == OK and str(o.args.get("mode", "TRUNCATE")).upper() == "TRUNCATE" and x["wal_after"] > 0:
+            if o.op == "checkpoint" and x.wal_after is not None and not x.reader:
+                if o.type == OK and str(o.args.get("mode", "TRUNCATE")).upper() == "TRUNCATE" and x.wal_after > 0:
                     out.append(Violation(
                         "wal-bounded",
                         f"checkpoint(TRUNCATE) with no outside reader left the -wal at "
-                        f"{x['wal_after']} bytes (returned {o.value}): a transaction or cursor "
+                        f"{x.wal_after} bytes (returned {o.value}): a transaction or cursor "
                         "of the store itself is still open",
                         ops=[o.index]))
-            peak = max(x.get("wal_after", 0), x.get("wal_after_step", 0))
+            peak = max(x.wal_after or 0, x.wal_after_step or 0)
             if peak > self.bound_bytes:
                 out.append(Violation(
                     "wal-bounded",

@@ -34,8 +34,12 @@ from ferry_core import LeaseStore, SystemClock
 from ferry_core.store import SQL_FUNCTIONS
 from ferry_harness.errors import HarnessError
 from ferry_harness.runtime.process import die_with_parent
+from ferry_harness.tools.bench.records import Ceiling, SameSqlRun
 from ferry_harness.tools.bench.runner import dispatch_tasks
 from ferry_harness.tools.bench.stats import jain, latency_summary
+
+# the named parameters a replayed statement binds (agent, token, now, task_id)
+SqlParams = dict[str, str | int | None]
 
 CEILING_UPDATES = 20_000  #: distinct rows updated per sample
 CEILING_SAMPLES = 3  #: samples before the matrix; as many again after each repetition
@@ -74,7 +78,7 @@ def measure_ceiling(workdir: str, updates: int = CEILING_UPDATES) -> float:
     return updates / elapsed
 
 
-def same_sql_line(ceiling: dict[str, Any]) -> str | None:
+def same_sql_line(ceiling: Ceiling) -> str | None:
     """The same-SQL ceiling in one line (min-max lifecycles/s per worker count), or None."""
     same = ceiling.get("same_sql")
     if not same:
@@ -216,7 +220,7 @@ def open_replay_connection(path: str, sql: LifecycleSQL, busy_timeout_s: float) 
     return conn
 
 
-def _run_statement(conn: sqlite3.Connection, stmt: str, args: dict[str, Any],
+def _run_statement(conn: sqlite3.Connection, stmt: str, args: SqlParams,
                    busy: list[int]) -> tuple[list[tuple], list[str]]:
     """Run to completion (rows, column names); a busy error (SQLite's handler gave up) is
     counted and the statement run again."""
@@ -235,7 +239,7 @@ def replay_lifecycle(conn: sqlite3.Connection, sql: LifecycleSQL, agent: str, no
     """One lifecycle of the captured statements on ``conn``: the claimed task's id, or
     None when the poll claimed nothing (the queue is drained). The token is a fresh
     ``uuid4`` as the store's (``token_sink(token)`` sees it)."""
-    args: dict[str, Any] = {"agent": agent, "token": str(uuid.uuid4()), "now": now,
+    args: SqlParams = {"agent": agent, "token": str(uuid.uuid4()), "now": now,
                             "task_id": None}
     if token_sink is not None:
         token_sink(args["token"])
@@ -284,7 +288,7 @@ def _replay_worker(path: str, sql: LifecycleSQL, slot: int, go: Any, out: Any,
 
 
 def measure_same_sql(workdir: str, workers: int, tasks: int, sql: LifecycleSQL, *,
-                     timeout_s: float = 600.0) -> dict[str, Any]:
+                     timeout_s: float = 600.0) -> SameSqlRun:
     """``tasks`` lifecycles of ferry_core's own SQL replayed by ``workers`` bare processes
     from one barrier: lifecycles/s (barrier -> last fulfill), the lifecycle latency, busy
     errors (SQLite's handler gave up after 5 s), Jain and whether every task completed once."""

@@ -9,9 +9,9 @@ import sqlite3
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 from ferry_harness.runtime.provenance import provenance
+from ferry_harness.tools.bench.records import Machine
 
 
 def _read(path: str) -> str:
@@ -39,7 +39,7 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def machine_info(workdir: str) -> dict[str, Any]:
+def machine_info(workdir: str) -> Machine:
     """The machine facts of a report (``bench.json``'s ``machine``; ``workdir`` is where
     the databases go, so its file system is named)."""
     model = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()

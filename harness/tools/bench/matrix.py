@@ -8,7 +8,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from typing import Any
 
 from ferry_harness.runtime.target import DEFAULT_TARGET
 from ferry_harness.tools.bench.ceiling import (
@@ -21,6 +20,7 @@ from ferry_harness.tools.bench.ceiling import (
     measure_store_claim_update,
 )
 from ferry_harness.tools.bench.machine import machine_info
+from ferry_harness.tools.bench.records import BenchResult, GoalRow, RunRecord, SameSqlRun
 from ferry_harness.tools.bench.runner import Progress, run_one
 from ferry_harness.tools.bench.targets import (
     AS_IS,
@@ -42,7 +42,7 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
               repeat: int = 1, timeout_s: float = 600.0, ceiling_updates: int = CEILING_UPDATES,
               ceiling_samples: int = CEILING_SAMPLES,
               progress: Progress | None = None,
-              db_dir: str | None = None) -> dict[str, Any]:
+              db_dir: str | None = None) -> BenchResult:
     """Run the whole matrix ``repeat`` times (interleaved); returns
     ``{"runs", "ceiling", "machine", "goal", ...}`` as plain data.
 
@@ -89,8 +89,8 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
         # the same-SQL ceiling: ferry_core's own lifecycle statements, replayed bare at every
         # worker count, right before that count's runs in every repetition
         lifecycle_sql = capture_lifecycle_sql(base) if any_core else None
-        same_sql_runs: list[dict[str, Any]] = []
-        runs: list[dict[str, Any]] = []
+        same_sql_runs: list[SameSqlRun] = []
+        runs: list[RunRecord] = []
         combos = [(w, v) for w in workers for v in variants]
         total = len(combos) * repeat
         for rep in range(repeat):
@@ -185,7 +185,7 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _is_ferry_core(run: dict[str, Any]) -> bool:
+def _is_ferry_core(run: RunRecord) -> bool:
     """A ferry_core run (its strategy and policy are ferry_core's, not ``as-is``)."""
     return run.get("strategy") != AS_IS
 
@@ -200,7 +200,7 @@ GOAL_BY_WORKERS: dict[int, dict[str, float]] = {
 }
 
 
-def goal_check(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def goal_check(runs: list[RunRecord]) -> list[GoalRow]:
     """Issue 19's acceptance, evaluated for every run at 1, 8 or 16 workers."""
     out = []
     for r in runs:

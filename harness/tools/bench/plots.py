@@ -16,15 +16,16 @@ matplotlib.use("Agg")  # files only, never a window
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ferry_harness.tools.bench.records import BenchResult, RunRecord  # noqa: E402
 from ferry_harness.tools.bench.stats import HIST_EDGES_MS  # noqa: E402
 from ferry_harness.tools.bench.targets import ferry_core_only  # noqa: E402
 
 _DPI = 110
 
 
-def _series(result: dict[str, Any]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+def _series(result: BenchResult) -> dict[tuple[str, ...], list[RunRecord]]:
     """Runs grouped by (strategy, busy policy), each sorted by worker count."""
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, ...], list[RunRecord]] = {}
     for r in result["runs"]:
         if r.get("error"):
             continue
@@ -34,7 +35,7 @@ def _series(result: dict[str, Any]) -> dict[tuple[str, ...], list[dict[str, Any]
     return groups
 
 
-def _agg(runs: list[dict[str, Any]], value: Any) -> tuple[list[int], list[float],
+def _agg(runs: list[RunRecord], value: Any) -> tuple[list[int], list[float],
                                                           list[float], list[float]]:
     """Per worker count: median, min and max of ``value(run)`` over the repetitions."""
     by_w: dict[int, list[float]] = {}
@@ -45,7 +46,7 @@ def _agg(runs: list[dict[str, Any]], value: Any) -> tuple[list[int], list[float]
     return xs, med, [min(by_w[w]) for w in xs], [max(by_w[w]) for w in xs]
 
 
-def _line(ax: Any, runs: list[dict[str, Any]], value: Any, key: tuple[str, ...], index: int,
+def _line(ax: Any, runs: list[RunRecord], value: Any, key: tuple[str, ...], index: int,
           floor: float = 0.0) -> None:
     xs, med, lo, hi = _agg(runs, value)
     style = _style(key, index)
@@ -55,7 +56,7 @@ def _line(ax: Any, runs: list[dict[str, Any]], value: Any, key: tuple[str, ...],
                         color=line.get_color(), alpha=0.15, linewidth=0)
 
 
-def _style(key: tuple[str, ...], index: int) -> dict[str, Any]:
+def _style(key: tuple[str, ...], index: int) -> dict[str, str]:
     strategy = key[0]
     return {"marker": "os^Dv<>p*h"[index % 10],
             "linestyle": "-" if strategy in ("cas", "as-is") else "--"}
@@ -67,7 +68,7 @@ def _label(key: tuple[str, ...]) -> str:
     return "as measured" if key[:2] == ("as-is", "as-is") else f"{key[0]} / {key[1]}"
 
 
-def _workers_axis(ax: Any, result: dict[str, Any]) -> None:
+def _workers_axis(ax: Any, result: BenchResult) -> None:
     ws = sorted({r["workers"] for r in result["runs"]})
     ax.set_xscale("log", base=2)
     ax.set_xticks(ws)
@@ -76,7 +77,7 @@ def _workers_axis(ax: Any, result: dict[str, Any]) -> None:
     ax.grid(True, which="both", alpha=0.3)
 
 
-def plot_throughput(result: dict[str, Any], path: Path) -> None:
+def plot_throughput(result: BenchResult, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for i, (key, runs) in enumerate(sorted(_series(result).items())):
         _line(ax, runs, lambda r: r["claims_per_s"], key, i)
@@ -116,7 +117,7 @@ def _save(fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_latency(result: dict[str, Any], path: Path) -> None:
+def plot_latency(result: BenchResult, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
     for ax, stat, title in ((axes[0], "p99", "p99"), (axes[1], "max", "max")):
         for i, (key, runs) in enumerate(sorted(_series(result).items())):
@@ -132,7 +133,7 @@ def plot_latency(result: dict[str, Any], path: Path) -> None:
     _save(fig, path)
 
 
-def plot_share(result: dict[str, Any], path: Path) -> None:
+def plot_share(result: BenchResult, path: Path) -> None:
     """Per-worker share of claims × W (1.0 = an equal share), one panel per series."""
     groups = sorted(_series(result).items())
     cols = min(2, len(groups)) or 1
@@ -166,7 +167,7 @@ def plot_share(result: dict[str, Any], path: Path) -> None:
     _save(fig, path)
 
 
-def plot_tail(result: dict[str, Any], path: Path, workers: int) -> bool:
+def plot_tail(result: BenchResult, path: Path, workers: int) -> bool:
     """Survival function P(latency > x) at one worker count, from the runs' histograms."""
     merged: dict[tuple[str, ...], list[int]] = {}  # histograms summed over repetitions
     for r in result["runs"]:
@@ -204,7 +205,7 @@ def plot_tail(result: dict[str, Any], path: Path, workers: int) -> bool:
     return True
 
 
-def write_plots(result: dict[str, Any], directory: Path | str) -> list[str]:
+def write_plots(result: BenchResult, directory: Path | str) -> list[str]:
     """Write every plot into ``directory``; returns the file names."""
     d = Path(directory)
     names = []

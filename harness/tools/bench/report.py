@@ -6,20 +6,20 @@ from __future__ import annotations
 import importlib
 import json
 from pathlib import Path
-from typing import Any
 
+from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.tools.bench.ceiling import same_sql_line
+from ferry_harness.tools.bench.records import BenchResult, GoalRow
 from ferry_harness.tools.bench.targets import ferry_core_only, short_name
 
 MIB = 1 << 20
-WAL_BOUND_BYTES = 64 * MIB  # the harness's wal-bounded limit (harness/run/campaign.py)
 
 
 def _fmt_rate(v: float) -> str:
     return f"{v:,.0f}"
 
 
-def summary_table(result: dict[str, Any]) -> list[str]:
+def summary_table(result: BenchResult) -> list[str]:
     """Markdown table of every run."""
     reps = result.get("repeat", 1) > 1
     multi = len(result.get("targets", [result.get("target")])) > 1
@@ -59,7 +59,7 @@ def _spread(values: list[float], fmt: str) -> str:
         f"{format(lo, fmt)}–{format(hi, fmt)}")
 
 
-def compare_table(result: dict[str, Any]) -> list[str]:
+def compare_table(result: BenchResult) -> list[str]:
     """One row per target variant: every worker count's lifecycles/s, and the tail at the
     largest worker count (the spread over repetitions, min–max)."""
     runs = [r for r in result["runs"] if not r.get("error")]
@@ -98,7 +98,7 @@ def compare_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def goal_table(result: dict[str, Any]) -> list[str]:
+def goal_table(result: BenchResult) -> list[str]:
     """Issue 19's goal, one row per checked run (empty when no run was at 1, 8 or 16, and
     for a bench of another store: the goal is ferry_core's, not a user's)."""
     goal = result.get("goal") or []
@@ -106,7 +106,7 @@ def goal_table(result: dict[str, Any]) -> list[str]:
         return []
     mark = {True: "✅", False: "❌"}
 
-    def cell(g: dict[str, Any], key: str, fmt: str) -> str:
+    def cell(g: GoalRow, key: str, fmt: str) -> str:
         if key not in g["checks"]:
             return f"{format(g[key], fmt)}"
         return f"{mark[g['checks'][key]]} {format(g[key], fmt)}"
@@ -130,7 +130,7 @@ def goal_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def findings(result: dict[str, Any]) -> list[str]:
+def findings(result: BenchResult) -> list[str]:
     """Plain facts the numbers show, so nobody has to dig them out of the table."""
     runs = [r for r in result["runs"] if not r.get("error")]
     out = []
@@ -169,7 +169,7 @@ def findings(result: dict[str, Any]) -> list[str]:
     return out
 
 
-def render_report(result: dict[str, Any], plots: list[str], plot_note: str | None) -> str:
+def render_report(result: BenchResult, plots: list[str], plot_note: str | None) -> str:
     """``report.md``: machine, ceiling, findings, the tables, the plots and a legend."""
     m, c = result["machine"], result["ceiling"]
     lines = [
@@ -249,7 +249,7 @@ def render_report(result: dict[str, Any], plots: list[str], plot_note: str | Non
     return "\n".join(lines)
 
 
-def write_report(result: dict[str, Any], report_dir: str) -> list[str]:
+def write_report(result: BenchResult, report_dir: str) -> list[str]:
     """bench.json, report.md and the PNGs (if matplotlib is installed) into ``report_dir``."""
     d = Path(report_dir)
     d.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ import multiprocess as mp
 
 from ferry_core import LeaseStore
 from ferry_harness.tools.bench.machine import usable_cpus
+from ferry_harness.tools.bench.records import DbVerified, ProgressEvent, RunRecord, Verified
 from ferry_harness.tools.bench.stats import jain, latency_histogram, latency_summary
 from ferry_harness.tools.bench.targets import Target
 from ferry_harness.tools.bench.worker import (
@@ -32,7 +33,7 @@ _CTX = mp.get_context("fork")
 _QUEUE_TTL_MS = 86_400_000  # a day: no task may time out while it waits in a run
 _EXEC_TTL_MS = 3_600_000  # an hour: no lease may expire while its fulfill is on the way
 
-Progress = Callable[[dict[str, Any]], None]
+Progress = Callable[[ProgressEvent], None]
 
 
 def dispatch_tasks(store: Any, n: int, tick: Callable[[int], None]) -> None:
@@ -89,7 +90,7 @@ def _ns_array(data: bytes) -> array:
 
 def run_one(target: Target, workers: int, strategy: str, policy: str, tasks: int,
             workdir: str, *, timeout_s: float = 600.0, stall_s: float = STALL_S,
-            progress: Progress | None = None) -> dict[str, Any]:
+            progress: Progress | None = None) -> RunRecord:
     """Dispatch ``tasks``, drain them with ``workers`` processes, return the run's record."""
     run_dir = tempfile.mkdtemp(prefix=f"w{workers}-", dir=workdir)
     path = os.path.join(run_dir, "bench.db")
@@ -179,7 +180,7 @@ def run_one(target: Target, workers: int, strategy: str, policy: str, tasks: int
     return record
 
 
-def verify_delivery(results: Mapping[int, WorkerResult], tasks: int) -> dict[str, Any]:
+def verify_delivery(results: Mapping[int, WorkerResult], tasks: int) -> Verified:
     """Every task completed exactly once, as the workers saw it: each of the ``tasks`` ids
     was claimed once and its fulfill accepted once, by one worker (a queue that hands a
     message to two workers, or loses one, fails here)."""
@@ -199,7 +200,7 @@ def verify_delivery(results: Mapping[int, WorkerResult], tasks: int) -> dict[str
             "completed_twice": dup_done, "never_completed": max(0, tasks - len(done))}
 
 
-def _verify_ferry_core(path: str, tasks: int) -> dict[str, Any]:
+def _verify_ferry_core(path: str, tasks: int) -> DbVerified:
     """Every task COMPLETED exactly once: one token issued per task, none left open.
 
     Reads the database file through its own read-only connection, against the documented
@@ -218,7 +219,7 @@ def _verify_ferry_core(path: str, tasks: int) -> dict[str, Any]:
 
 def _summarise(results: Mapping[int, WorkerResult], *, workers: int, strategy: str,
                policy: str, tasks: int, wal_end: int, wal_max: int,
-               error: str | None) -> dict[str, Any]:
+               error: str | None) -> RunRecord:
     """The run's record (the keys ``bench.json`` documents) from the workers' results."""
     rows = [results[s] for s in sorted(results)]
     worker_errors = sorted({r.error for r in rows if r.error})

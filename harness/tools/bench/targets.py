@@ -8,15 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ferry_core import LeaseStore, SystemClock, cas_store, immediate_store
-from ferry_harness.errors import UsageError
+from ferry_harness.errors import BenchUsageError
 from ferry_harness.runtime.target import load_factory
+from ferry_harness.tools.bench.records import BenchResult
 
 #: strategy and busy policy of a store that is not ferry_core: measured as it is
 AS_IS = "as-is"
-
-
-class BenchUsageError(UsageError):
-    """Bad bench input: reported as one line with exit code 2."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +76,7 @@ def variant_label(spec: str, strategy: str, policy: str, multi: bool) -> str:
     return name if strategy == AS_IS else f"{name} {core}"
 
 
-def ferry_core_only(result: dict[str, Any]) -> bool:
+def ferry_core_only(result: BenchResult) -> bool:
     """Whether a bench result measured only ferry_core: the project's own benchmark, the one
     its goal (issue 19) and goal lines are about. Another store's bench stays quiet on them."""
     specs = result.get("targets") or [result.get("target", "")]

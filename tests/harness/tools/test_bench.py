@@ -13,7 +13,7 @@ import pytest
 from ferry_core import LeaseStore
 from ferry_harness.cli.main import main
 from ferry_harness.errors import TargetError, UsageError
-from ferry_harness.tools.bench import matrix, report, runner, stats
+from ferry_harness.tools.bench import matrix, records, report, runner, stats
 from ferry_harness.tools.bench.targets import AS_IS, BenchUsageError, resolve_target
 from ferry_harness.tools.bench.worker import WorkerResult
 from tests.procs import children_of
@@ -115,6 +115,27 @@ def test_every_key_is_there_and_every_task_was_claimed_once(small_result):
             assert run["cas_misses"] == 0  # picked under the write lock: never loses
     assert {(r["strategy"], r["busy_policy"]) for r in res["runs"]} == {
         (s, p) for s in ("cas", "immediate") for p in ("hybrid", "jitter", "stock")}
+
+
+def _keys(record: type) -> set[str]:
+    return set(record.__required_keys__) | set(record.__optional_keys__)
+
+
+def test_the_typed_records_name_every_key_bench_json_has(small_result):
+    """bench's records (tools/bench/records.py) are what the matrix really writes: every key
+    of the result, a run, its verification, a goal row and the machine is declared, and a
+    record declares nothing the matrix never writes."""
+    res = small_result
+    assert set(res) == _keys(records.BenchResult)
+    assert set().union(*(set(r) for r in res["runs"])) == _keys(records.RunRecord)
+    assert set().union(*(set(r["verified"]) for r in res["runs"])) == _keys(records.Verified)
+    assert set(res["runs"][0]["latency_ms"]) == _keys(records.Latency)
+    assert set(res["machine"]) == _keys(records.Machine)
+    assert res["goal"] and all(set(g) == _keys(records.GoalRow) for g in res["goal"])
+    assert set(res["ceiling"]) == _keys(records.Ceiling)
+    same = res["ceiling"]["same_sql"]
+    assert set(same) == _keys(records.SameSqlCeiling)
+    assert all(set(r) == _keys(records.SameSqlRun) for r in same["runs"])
 
 
 def test_statistics():
