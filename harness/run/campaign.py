@@ -50,6 +50,7 @@ from ferry_harness.report.schema import (
     FoundInvariant,
     FuzzStats,
     Provenance,
+    RaceOverlap,
     Report,
     ScheduleSearch,
     Stall,
@@ -614,7 +615,9 @@ class Campaign:
                 coverage=Coverage(ops=dict(sorted(self.coverage["ops"].items())),
                                   steps=dict(sorted(self.coverage["steps"].items()))),
                 faults=dict(stats.faults),
-                stalls=tuple(Stall(op=op, seconds=sec) for op, sec in stats.stalls)),
+                stalls=tuple(Stall(op=op, seconds=sec) for op, sec in stats.stalls),
+                race_overlap=tuple(RaceOverlap(racers=k, rounds=r, overlapped=o, gated=g)
+                                   for k, (r, o, g) in sorted(stats.overlap.items()))),
             budget=Budget(budget_s=self.cfg.budget_s, time_limit_s=self.cfg.time_limit_s(),
                           stopped_at_limit=bool(self.hard_end is not None
                                                 and time.monotonic() >= self.hard_end)),

@@ -44,6 +44,7 @@ from ferry_harness.run.steps import (
 from ferry_harness.runtime import schedule
 from ferry_harness.runtime.client import PlannedCall, WorkerPool
 from ferry_harness.runtime.clock import SharedClock
+from ferry_harness.runtime.gate import overlapped
 
 LOCK_NAME = "ferry-daemon"
 _SETTLE_POLLS = 50  # polls before an idle probe, each may take a ready task
@@ -118,10 +119,10 @@ class Executor:
                                "does not have (a step must check the capabilities first)")
         self.round += 1
         chooser = self._chooser() if len(calls) > 1 else None
-        if len(calls) > 1:
-            self.stats.race_rounds += 1
         ops = self.pool.run(calls, self.history, round_id=self.round, example=self.example,
                             chooser=chooser)
+        if len(calls) > 1:  # did the racers really race? (ferry_harness.runtime.gate)
+            self.stats.raced(len(calls), overlapped(self.pool.last_spans), self.pool.last_gated)
         if chooser is not None:
             if self._schedules is None:
                 s = self._step

@@ -29,6 +29,7 @@ import multiprocess as mp
 
 from ferry_harness.check.history import CUT_SHORT, INFO, History, Op
 from ferry_harness.errors import HarnessError
+from ferry_harness.runtime import gate as gate_mod
 from ferry_harness.runtime import schedule
 from ferry_harness.runtime.calls import capabilities, execute
 from ferry_harness.runtime.clock import SharedClock
@@ -36,6 +37,7 @@ from ferry_harness.runtime.process import die_with_parent
 from ferry_harness.runtime.target import load_factory
 from ferry_harness.runtime.wire import (
     AtBarrier,
+    AtGate,
     CallOp,
     CheckIntegrity,
     CloseStore,
@@ -62,14 +64,14 @@ LIVENESS_CAP_S = 10.0
 
 
 def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, parent: int,
-                 scheduled: bool = False) -> None:
+                 scheduled: bool = False, release_fd: int = -1) -> None:
     """A store worker's loop: one message in, its answer out (see ferry_harness.runtime.wire)."""
     die_with_parent()
     if os.getppid() != parent:  # the controller died before prctl took effect
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
-    if scheduled:
-        schedule.install(conn)  # before the target opens any connection
+    # before the target opens any connection: schedule points, and the race gate's hook
+    schedule.install(conn)
     factory = load_factory(target)
     store = None
     while True:
@@ -79,7 +81,7 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, paren
             break
         match msg:
             case CallOp():
-                send(conn, _call(store, msg, conn, clock, gate_fd))
+                send(conn, _call(store, msg, conn, clock, gate_fd, release_fd))
             case OpenStore():
                 if store is not None:
                     _close(store)
@@ -105,8 +107,10 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, paren
         _close(store)
 
 
-def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int) -> OpDone:
-    """Run one operation (after the barrier, if the call has one) and classify it."""
+def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int,
+          release_fd: int = -1) -> OpDone:
+    """Run one operation (after the barrier, if the call has one; held at its first SQL
+    statement by the race gate, if armed) and classify it."""
     if msg.barrier:
         send(conn, AtBarrier(op_index=msg.op_index))
         if not _pass_gate(gate_fd, msg.barrier_timeout_s):
@@ -116,6 +120,8 @@ def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int) 
     now = clock()
     t0 = time.monotonic_ns()
     schedule.begin(msg.op_index if msg.scheduled else None)
+    if msg.gate and release_fd >= 0:
+        gate_mod.arm(conn, release_fd, msg.op_index)
     try:
         typ, value, error, message = execute(store, msg.op, msg.args, msg.agent)
     except schedule.ScheduleAbort as exc:
@@ -124,9 +130,10 @@ def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int) 
         typ, value, error, message = INFO, None, type(exc).__name__, str(exc)
     finally:
         schedule.begin(None)
+        released = gate_mod.disarm()
     t1 = time.monotonic_ns()
     return OpDone(op_index=msg.op_index, type=typ, value=value, error=error, message=message,
-                  invoke_ns=t0, complete_ns=t1, now_ms=now)
+                  invoke_ns=t0, complete_ns=t1, now_ms=now, released_ns=released)
 
 
 def _pass_gate(gate_fd: int, timeout: float) -> bool:
@@ -235,7 +242,8 @@ class WorkerPool:
     """Persistent workers for one campaign. Use as a context manager: nothing outlives it."""
 
     def __init__(self, target: str, clock: SharedClock, size: int = 4, *,
-                 op_timeout_s: float | None = None, scheduled: bool = False) -> None:
+                 op_timeout_s: float | None = None, scheduled: bool = False,
+                 gate: bool = False) -> None:
         if size < 2:
             raise HarnessError("a race needs at least 2 workers (--workers >= 2)")
         load_factory(target)  # fail fast, in the controller, with a clear message
@@ -252,6 +260,15 @@ class WorkerPool:
         # the race barrier: a pipe whose read end every worker inherits (see _pass_gate)
         self._gate_r, self._gate_w = os.pipe()
         os.set_blocking(self._gate_r, False)
+        # the race gate at the first SQL statement (ferry_harness.runtime.gate): its release pipe
+        self.gate = gate
+        self._release_r, self._release_w = os.pipe()
+        os.set_blocking(self._release_r, False)
+        #: the last round's racers' spans (None: it never ran) and whether the gate held
+        #: every one of them and released them together
+        self.last_spans: list[gate_mod.RacerSpan | None] = []
+        self.last_gated = False
+        self._spans: dict[int, gate_mod.RacerSpan] = {}
         self.slots: list[Worker] = []
         self.next_id = 0
         self.replaced = 0
@@ -319,7 +336,7 @@ class WorkerPool:
         parent_end, child_end = _CTX.Pipe()
         proc = _CTX.Process(target=_worker_main, daemon=True, name=f"ferry-worker-{self.next_id}",
                             args=(child_end, self.target, self.clock, self._gate_r, os.getpid(),
-                                  self.scheduled))
+                                  self.scheduled, self._release_r))
         proc.start()
         child_end.close()
         worker = Worker(self.next_id, proc, parent_end)
@@ -345,12 +362,12 @@ class WorkerPool:
             w.conn.close()
         self.slots = []
         self._reader = None
-        for fd in (self._gate_r, self._gate_w):
+        for fd in (self._gate_r, self._gate_w, self._release_r, self._release_w):
             try:
                 os.close(fd)
             except OSError:
                 pass
-        self._gate_r = self._gate_w = -1
+        self._gate_r = self._gate_w = self._release_r = self._release_w = -1
 
     def _drain_gate(self) -> None:
         """Drop bytes left by racers that died before passing the last gate."""
@@ -484,16 +501,21 @@ class WorkerPool:
             chooser: schedule.Chooser | None = None) -> list[Op]:
         """Run calls (one per distinct slot) and append their ops to ``history``.
 
-        With a barrier (the default for more than one call) all workers start together.
-        With a ``chooser`` (schedule mode) they then run one statement at a time in the
+        With a barrier (the default for more than one call) all workers start together;
+        then, unless the pool was made with ``gate=False``, the race gate holds each racer at
+        its first SQL statement and releases them together (ferry_harness.runtime.gate).
+        With a ``chooser`` (schedule mode) they instead run one statement at a time in the
         order it decides; each op's ``extra["sql"]`` lists its statements as
-        ``[seq, sql, switch]`` in the order they ran.
+        ``[seq, sql, switch]`` in the order they ran. ``last_spans`` and ``last_gated``
+        say afterwards how the round's calls lay in time.
         """
         controlled = chooser is not None and len(calls) > 1
         if len({c.slot for c in calls}) != len(calls):
             raise ValueError("one call per worker slot in a round")
         barrier = len(calls) > 1 if barrier is None else barrier
+        gated = self.gate and barrier and len(calls) > 1 and not controlled
         self._drain_gate()
+        self.last_spans, self.last_gated = [], False
         pending: dict[int, tuple[PlannedCall, Op]] = {}
         created: list[Op] = []
         for call in calls:
@@ -506,7 +528,8 @@ class WorkerPool:
             try:
                 send(w.conn, CallOp(op_index=op.index, op=call.op, args=call.args,
                                     agent=call.agent, barrier=barrier,
-                                    barrier_timeout_s=self.op_timeout_s, scheduled=controlled))
+                                    barrier_timeout_s=self.op_timeout_s, scheduled=controlled,
+                                    gate=gated))
             except (OSError, ValueError):
                 op.note = "worker was dead before the call"
                 continue
@@ -522,21 +545,41 @@ class WorkerPool:
             os.write(self._gate_w, b"g" * len(pending))  # open the gate for all at once
         if controlled and pending:
             self._scheduled_round(pending, chooser)
-            return created
+        else:
+            self._collect(pending, gated)
+        self.last_spans = [self._spans.pop(op.index, None) for op in created]
+        self._spans.clear()
+        return created
+
+    def _collect(self, pending: dict[int, tuple[PlannedCall, Op]], gated: bool) -> None:
+        """Wait for the running calls' answers (releasing the race gate on the way)."""
+        release = (gate_mod.Release(self._release_w, self._release_r, len(pending))
+                   if gated and pending else None)
         limit, by_deadline = self._wait_limit()
         deadline = time.monotonic() + limit
         by_conn = {self.slots[s].conn: s for s in pending}
         while by_conn:
-            ready = wait(list(by_conn), timeout=max(0.0, deadline - time.monotonic()))
+            left = max(0.0, deadline - time.monotonic())
+            opens = release.timeout() if release is not None else None
+            ready = wait(list(by_conn), timeout=left if opens is None else min(left, opens))
             if not ready:
+                if opens is not None and left > opens:
+                    release.poll()  # the racers that reached SQL go; the others need not
+                    continue
                 break
             for conn in ready:
                 slot = by_conn.pop(conn)
-                _call, op = pending.pop(slot)
                 try:
                     reply = receive(conn)
                 except (EOFError, OSError):
                     reply = None
+                if isinstance(reply, AtGate) and release is not None:
+                    by_conn[conn] = slot  # still running: its answer comes later
+                    release.arrive()
+                    continue
+                _call, op = pending.pop(slot)
+                if release is not None:
+                    release.finish()
                 if not isinstance(reply, OpDone):
                     w = self.slots[slot]
                     w.proc.join(0.5)
@@ -549,13 +592,20 @@ class WorkerPool:
                     op.complete_ns = time.monotonic_ns()
                     self.replace(slot)
                     continue
-                _record(op, reply)
-                self._observe(op)
+                self._take(op, reply)
         for slot, (_call, op) in pending.items():  # overran the timeout: kill, replace
             self._mark_hung(op, limit, by_deadline)
             op.complete_ns = time.monotonic_ns()
             self.replace(slot)
-        return created
+        self.last_gated = bool(release is not None and release.together)
+
+    def _take(self, op: Op, reply: OpDone) -> None:
+        """Fill ``op`` with a worker's answer, and keep its call's span for ``last_spans``."""
+        _record(op, reply)
+        self._observe(op)
+        if reply.invoke_ns and reply.complete_ns:
+            self._spans[op.index] = gate_mod.RacerSpan(
+                start_ns=reply.released_ns or reply.invoke_ns, end_ns=reply.complete_ns)
 
     def run_and_kill(self, call: PlannedCall, history: History, delay_s: float, *,
                      round_id: int | None = None, example: int | None = None) -> Op:
@@ -595,8 +645,7 @@ class WorkerPool:
         for pos, op in enumerate(ops):
             reply = res.replies.get(pos)
             if reply is not None:
-                _record(op, reply)
-                self._observe(op)
+                self._take(op, reply)
                 continue
             op.complete_ns = time.monotonic_ns()
             op.note = res.note or "worker died during a scheduled round"

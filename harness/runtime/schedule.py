@@ -28,6 +28,7 @@ import random
 import sqlite3
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
@@ -42,7 +43,8 @@ from ferry_harness.runtime.wire import (
 )
 
 _original_connect = sqlite3.connect
-_state: dict[str, Any] = {"pipe": None, "op": None, "connections": 0, "busy": False}
+_state: dict[str, Any] = {"pipe": None, "op": None, "connections": 0, "busy": False,
+                          "first": None}
 _open: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()  # this worker's connections
 
 
@@ -51,6 +53,10 @@ class ScheduleAbort(Exception):
 
 
 def _point(sql: Any) -> None:
+    first = _state["first"]
+    if first is not None:  # the race gate (ferry_harness.runtime.gate): one shot
+        _state["first"] = None
+        first()
     pipe, op = _state["pipe"], _state["op"]
     if pipe is None or op is None:
         return
@@ -135,6 +141,11 @@ def connections() -> int:
 def begin(op_index: int | None) -> None:
     """Points block only while a scheduled op runs (``None``: free-running)."""
     _state["op"] = op_index
+
+
+def on_first_statement(hook: Callable[[], None] | None) -> None:
+    """Call ``hook`` once, before the next SQL statement this worker runs (None: disarm)."""
+    _state["first"] = hook
 
 
 # ---------------------------------------------------------------------------- choosers

@@ -55,6 +55,7 @@ class CallOp:
     barrier: bool  # report AtBarrier, then wait at the shared gate before running
     barrier_timeout_s: float  # seconds to wait at the gate before giving up (op is info)
     scheduled: bool  # schedule mode: stop at every SQL statement for the controller's go
+    gate: bool = False  # stress race: report AtGate at the first SQL statement, wait for release
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +92,13 @@ class AtBarrier:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AtGate:
+    """A gated racer stands at its first SQL statement (ferry_harness.runtime.gate)."""
+
+    op_index: int  # the op it is running (CallOp.op_index)
+
+
+@dataclass(frozen=True, kw_only=True)
 class OpDone:
     """An operation's outcome, as :func:`ferry_harness.check.ops.execute` classified it."""
 
@@ -102,6 +110,7 @@ class OpDone:
     invoke_ns: int  # time.monotonic_ns() in the worker just before the call (0: never ran)
     complete_ns: int  # time.monotonic_ns() in the worker just after it (0: never ran)
     now_ms: int  # the shared clock (ms) when the call started
+    released_ns: int = 0  # time.monotonic_ns() when the race gate let the call go (0: not held)
 
 
 @dataclass(frozen=True, kw_only=True)
