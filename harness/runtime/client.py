@@ -120,8 +120,8 @@ def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int,
     now = clock()
     t0 = time.monotonic_ns()
     schedule.begin(msg.op_index if msg.scheduled else None)
-    if msg.gate and release_fd >= 0:
-        gate_mod.arm(conn, release_fd, msg.op_index)
+    if msg.race:
+        gate_mod.arm(conn, release_fd if msg.gate else -1, msg.op_index)
     try:
         typ, value, error, message = execute(store, msg.op, msg.args, msg.agent)
     except schedule.ScheduleAbort as exc:
@@ -130,10 +130,10 @@ def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int,
         typ, value, error, message = INFO, None, type(exc).__name__, str(exc)
     finally:
         schedule.begin(None)
-        released = gate_mod.disarm()
+        sql_start = gate_mod.disarm()
     t1 = time.monotonic_ns()
     return OpDone(op_index=msg.op_index, type=typ, value=value, error=error, message=message,
-                  invoke_ns=t0, complete_ns=t1, now_ms=now, released_ns=released)
+                  invoke_ns=t0, complete_ns=t1, now_ms=now, sql_start_ns=sql_start)
 
 
 def _pass_gate(gate_fd: int, timeout: float) -> bool:
@@ -243,7 +243,7 @@ class WorkerPool:
 
     def __init__(self, target: str, clock: SharedClock, size: int = 4, *,
                  op_timeout_s: float | None = None, scheduled: bool = False,
-                 gate: bool = False) -> None:
+                 gate: bool | None = None) -> None:
         if size < 2:
             raise HarnessError("a race needs at least 2 workers (--workers >= 2)")
         load_factory(target)  # fail fast, in the controller, with a clear message
@@ -261,7 +261,7 @@ class WorkerPool:
         self._gate_r, self._gate_w = os.pipe()
         os.set_blocking(self._gate_r, False)
         # the race gate at the first SQL statement (ferry_harness.runtime.gate): its release pipe
-        self.gate = gate
+        self.gate = gate_mod.ENABLED if gate is None else gate
         self._release_r, self._release_w = os.pipe()
         os.set_blocking(self._release_r, False)
         #: the last round's racers' spans (None: it never ran) and whether the gate held
@@ -502,7 +502,7 @@ class WorkerPool:
         """Run calls (one per distinct slot) and append their ops to ``history``.
 
         With a barrier (the default for more than one call) all workers start together;
-        then, unless the pool was made with ``gate=False``, the race gate holds each racer at
+        then (unless the pool was made with ``gate=False``) the race gate holds each racer at
         its first SQL statement and releases them together (ferry_harness.runtime.gate).
         With a ``chooser`` (schedule mode) they instead run one statement at a time in the
         order it decides; each op's ``extra["sql"]`` lists its statements as
@@ -513,7 +513,8 @@ class WorkerPool:
         if len({c.slot for c in calls}) != len(calls):
             raise ValueError("one call per worker slot in a round")
         barrier = len(calls) > 1 if barrier is None else barrier
-        gated = self.gate and barrier and len(calls) > 1 and not controlled
+        race = barrier and len(calls) > 1
+        gated = self.gate and race and not controlled
         self._drain_gate()
         self.last_spans, self.last_gated = [], False
         pending: dict[int, tuple[PlannedCall, Op]] = {}
@@ -529,7 +530,7 @@ class WorkerPool:
                 send(w.conn, CallOp(op_index=op.index, op=call.op, args=call.args,
                                     agent=call.agent, barrier=barrier,
                                     barrier_timeout_s=self.op_timeout_s, scheduled=controlled,
-                                    gate=gated))
+                                    race=race, gate=gated))
             except (OSError, ValueError):
                 op.note = "worker was dead before the call"
                 continue
@@ -605,7 +606,7 @@ class WorkerPool:
         self._observe(op)
         if reply.invoke_ns and reply.complete_ns:
             self._spans[op.index] = gate_mod.RacerSpan(
-                start_ns=reply.released_ns or reply.invoke_ns, end_ns=reply.complete_ns)
+                start_ns=reply.sql_start_ns or reply.invoke_ns, end_ns=reply.complete_ns)
 
     def run_and_kill(self, call: PlannedCall, history: History, delay_s: float, *,
                      round_id: int | None = None, example: int | None = None) -> Op:

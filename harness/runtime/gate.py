@@ -1,26 +1,32 @@
 """Race rounds that really race: did the racers overlap, and a gate that makes them.
 
 **Overlap.** A racer's *span* is the worker-side interval of its store call on
-``CLOCK_MONOTONIC`` (``time.monotonic_ns()``, one system-wide clock on Linux, so spans
-from different worker processes compare directly): from the moment the call ran store code
-unimpeded by ferry — the call's start, or, when the first-statement gate held it, the
-moment the gate let it go — to the moment the call returned. A race round *overlapped*
-when every racer has a span and all spans contain one common instant, i.e. the latest
-start is not after the earliest end (:func:`overlapped`). A racer that never ran (its
-worker died, hung, or the barrier never opened) has no span: its round did not overlap.
+``CLOCK_MONOTONIC`` (``time.monotonic_ns()``, one system-wide clock on Linux, so spans of
+different worker processes compare directly). It ends when the call returns. It starts
+when the call's first SQL statement starts — after the gate below let it go, if the gate
+held it — or, for a call that ran no statement ferry could see, when the call started. So
+a wait before the first statement (ferry's own gate, or a lock the store takes outside
+SQLite) is not counted as racing; a wait inside SQLite (a busy handler) is. A race round
+*overlapped* when every racer has a span and all spans contain one common instant: the
+latest start is not after the earliest end (:func:`overlapped`). A racer that never ran
+(its worker died or hung, or the barrier never opened) has no span: the round did not
+overlap.
 
 **The first-statement gate** (stress mode). The barrier lines the racers up before their
 calls, but a call's Python prelude (argument checks, building SQL) takes longer than the
-start spread it leaves, so most racers' SQL ran one after the other. With the gate, each
-racer's call is armed with a one-shot hook (the statement hook of
+start spread the barrier leaves, so most racers' SQL ran one after the other. With the
+gate, each racer's call is armed with a one-shot hook (the statement hook of
 :mod:`ferry_harness.runtime.schedule`): at its first SQL statement, before the statement
-is prepared, the worker reports :class:`~ferry_harness.runtime.wire.AtGate` and waits on
-a shared release pipe; the controller releases everyone who arrived at once when every
-racer has arrived or finished, or after :data:`GATE_WAIT_S` (a racer refused in Python
-before any SQL, or blocked on a lock of its own outside SQLite, does not stall the
-round). Late arrivals are released as soon as they report. A target whose SQL does not go
-through Python's ``sqlite3.connect`` (apsw, a bundled SQLite) never reaches the hook: its
-rounds run as before and are not counted as gated.
+is prepared (no new SQLite lock taken), the worker reports
+:class:`~ferry_harness.runtime.wire.AtGate` and waits on a shared release pipe. The
+controller releases everyone who arrived at once when every racer has arrived or finished,
+or after :data:`GATE_WAIT_S` (a racer refused in Python before any SQL, or blocked on a
+lock of its own outside SQLite, does not stall the round); a late arrival is released as
+soon as it reports, and a parked racer goes on by itself after :data:`RELEASE_WAIT_S`.
+A round is *gated* when every racer stood at the gate when it opened. A target whose SQL
+does not go through Python's ``sqlite3.connect`` (apsw, a bundled SQLite) never reaches
+the hook: its rounds run as before, are never gated, and their spans start at the call.
+Schedule mode's rounds are never gated (the scheduler orders their statements).
 """
 
 from __future__ import annotations
@@ -35,15 +41,17 @@ from typing import Any
 from ferry_harness.runtime import schedule
 from ferry_harness.runtime.wire import AtGate, send
 
+ENABLED = True  # pools gate their stress races unless made with gate=False
 GATE_WAIT_S = 0.05  # the controller waits at most this long for racers to reach SQL
 RELEASE_WAIT_S = 2.0  # a parked racer goes on by itself after this (never a hang)
+_armed: dict[str, list[int]] = {}  # this worker's armed call: when its first statement began
 
 
 @dataclass(frozen=True, kw_only=True)
 class RacerSpan:
     """One racer's store call on CLOCK_MONOTONIC (ns), as its worker measured it."""
 
-    start_ns: int  # the call's start, or when the gate released it (see the module doc)
+    start_ns: int  # its first SQL statement's start (after the gate), else the call's start
     end_ns: int  # when the call returned
 
 
@@ -62,26 +70,26 @@ def overlapped(spans: Sequence[RacerSpan | None]) -> bool:
 
 # ---------------------------------------------------------------------------- worker side
 def arm(conn: Any, release_fd: int, op_index: int) -> None:
-    """Hold this worker's next store call at its first SQL statement (one shot)."""
-    released = [0]
+    """Note when this worker's next store call starts its first SQL statement (one shot);
+    with a ``release_fd`` (not -1), hold it there until the controller releases it."""
+    started = [0]
 
     def hook() -> None:
-        send(conn, AtGate(op_index=op_index))
-        _wait_release(release_fd, RELEASE_WAIT_S)
-        released[0] = time.monotonic_ns()
+        if release_fd >= 0:
+            send(conn, AtGate(op_index=op_index))
+            _wait_release(release_fd, RELEASE_WAIT_S)
+        started[0] = time.monotonic_ns()
 
-    _armed["released"] = released
+    _armed["started"] = started
     schedule.on_first_statement(hook)
 
 
 def disarm() -> int:
-    """End the armed call: when the gate released it (ns), 0 if it reached no statement."""
+    """End the armed call: when its first statement started (ns), 0 if it ran none."""
     schedule.on_first_statement(None)
-    released = _armed.pop("released", None)
-    return released[0] if released else 0
+    started = _armed.pop("started", None)
+    return started[0] if started else 0
 
-
-_armed: dict[str, list[int]] = {}
 
 
 def _wait_release(fd: int, timeout: float) -> bool:

@@ -1,8 +1,9 @@
 """Schedule mode: control the interleaving of real processes at SQL statement boundaries.
 
 Worker side: before the target is created, :func:`install` replaces ``sqlite3.connect``
-so every connection the target opens is a :class:`ScheduledConnection`. Each statement it
-executes first passes a *schedule point*: during a scheduled race the worker reports
+so every connection the target opens is a :class:`ScheduledConnection` (in every worker:
+the stress-mode race gate, :mod:`ferry_harness.runtime.gate`, uses the same hook, see
+:func:`on_first_statement`). Each statement it executes first passes a *schedule point*: during a scheduled race the worker reports
 ``(op, sql)`` to the controller and waits for "go" before the statement is even prepared,
 so it takes no new SQLite lock while it waits (one inside a transaction keeps those it
 holds; it says so with ``in_tx``).

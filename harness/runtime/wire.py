@@ -55,7 +55,8 @@ class CallOp:
     barrier: bool  # report AtBarrier, then wait at the shared gate before running
     barrier_timeout_s: float  # seconds to wait at the gate before giving up (op is info)
     scheduled: bool  # schedule mode: stop at every SQL statement for the controller's go
-    gate: bool = False  # stress race: report AtGate at the first SQL statement, wait for release
+    race: bool = False  # a race call: note when its first SQL statement starts (sql_start_ns)
+    gate: bool = False  # and hold it there: report AtGate, wait for the release (stress races)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +111,9 @@ class OpDone:
     invoke_ns: int  # time.monotonic_ns() in the worker just before the call (0: never ran)
     complete_ns: int  # time.monotonic_ns() in the worker just after it (0: never ran)
     now_ms: int  # the shared clock (ms) when the call started
-    released_ns: int = 0  # time.monotonic_ns() when the race gate let the call go (0: not held)
+    # time.monotonic_ns() when a race call's first SQL statement started (after the race
+    # gate let it go, if it held it); 0: not a race call, or it ran no SQL statement
+    sql_start_ns: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
