@@ -37,7 +37,6 @@ from ferry_harness.runtime.process import die_with_parent
 from ferry_harness.runtime.target import load_factory
 from ferry_harness.runtime.wire import (
     AtBarrier,
-    AtGate,
     CallOp,
     CheckIntegrity,
     CloseStore,
@@ -64,7 +63,7 @@ LIVENESS_CAP_S = 10.0
 
 
 def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, parent: int,
-                 scheduled: bool = False, release_fd: int = -1) -> None:
+                 scheduled: bool = False, board: gate_mod.Board | None = None) -> None:
     """A store worker's loop: one message in, its answer out (see ferry_harness.runtime.wire)."""
     die_with_parent()
     if os.getppid() != parent:  # the controller died before prctl took effect
@@ -81,7 +80,7 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, paren
             break
         match msg:
             case CallOp():
-                send(conn, _call(store, msg, conn, clock, gate_fd, release_fd))
+                send(conn, _call(store, msg, conn, clock, gate_fd, board))
             case OpenStore():
                 if store is not None:
                     _close(store)
@@ -108,7 +107,7 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, paren
 
 
 def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int,
-          release_fd: int = -1) -> OpDone:
+          board: gate_mod.Board | None = None) -> OpDone:
     """Run one operation (after the barrier, if the call has one; held at its first SQL
     statement by the race gate, if armed) and classify it."""
     if msg.barrier:
@@ -121,7 +120,7 @@ def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int,
     t0 = time.monotonic_ns()
     schedule.begin(msg.op_index if msg.scheduled else None)
     if msg.race:
-        gate_mod.arm(conn, release_fd if msg.gate else -1, msg.op_index)
+        gate_mod.arm(board, msg.gate_round, msg.gate_slot, msg.gate_slots)
     try:
         typ, value, error, message = execute(store, msg.op, msg.args, msg.agent)
     except schedule.ScheduleAbort as exc:
@@ -130,10 +129,11 @@ def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int,
         typ, value, error, message = INFO, None, type(exc).__name__, str(exc)
     finally:
         schedule.begin(None)
-        sql_start = gate_mod.disarm()
+        sql_start, gated = gate_mod.disarm()
     t1 = time.monotonic_ns()
     return OpDone(op_index=msg.op_index, type=typ, value=value, error=error, message=message,
-                  invoke_ns=t0, complete_ns=t1, now_ms=now, sql_start_ns=sql_start)
+                  invoke_ns=t0, complete_ns=t1, now_ms=now, sql_start_ns=sql_start,
+                  gated=gated)
 
 
 def _pass_gate(gate_fd: int, timeout: float) -> bool:
@@ -260,10 +260,9 @@ class WorkerPool:
         # the race barrier: a pipe whose read end every worker inherits (see _pass_gate)
         self._gate_r, self._gate_w = os.pipe()
         os.set_blocking(self._gate_r, False)
-        # the race gate at the first SQL statement (ferry_harness.runtime.gate): its release pipe
+        # the race gate at the first SQL statement (ferry_harness.runtime.gate): its board
         self.gate = gate_mod.ENABLED if gate is None else gate
-        self._release_r, self._release_w = os.pipe()
-        os.set_blocking(self._release_r, False)
+        self._board = gate_mod.Board(size)
         #: the last round's racers' spans (None: it never ran) and whether the gate held
         #: every one of them and released them together
         self.last_spans: list[gate_mod.RacerSpan | None] = []
@@ -336,7 +335,7 @@ class WorkerPool:
         parent_end, child_end = _CTX.Pipe()
         proc = _CTX.Process(target=_worker_main, daemon=True, name=f"ferry-worker-{self.next_id}",
                             args=(child_end, self.target, self.clock, self._gate_r, os.getpid(),
-                                  self.scheduled, self._release_r))
+                                  self.scheduled, self._board))
         proc.start()
         child_end.close()
         worker = Worker(self.next_id, proc, parent_end)
@@ -362,12 +361,12 @@ class WorkerPool:
             w.conn.close()
         self.slots = []
         self._reader = None
-        for fd in (self._gate_r, self._gate_w, self._release_r, self._release_w):
+        for fd in (self._gate_r, self._gate_w):
             try:
                 os.close(fd)
             except OSError:
                 pass
-        self._gate_r = self._gate_w = self._release_r = self._release_w = -1
+        self._gate_r = self._gate_w = -1
 
     def _drain_gate(self) -> None:
         """Drop bytes left by racers that died before passing the last gate."""
@@ -514,7 +513,8 @@ class WorkerPool:
             raise ValueError("one call per worker slot in a round")
         barrier = len(calls) > 1 if barrier is None else barrier
         race = barrier and len(calls) > 1
-        gated = self.gate and race and not controlled
+        rnd = self._board.next_round() if self.gate and race and not controlled else 0
+        racing = tuple(c.slot for c in calls) if rnd else ()
         self._drain_gate()
         self.last_spans, self.last_gated = [], False
         pending: dict[int, tuple[PlannedCall, Op]] = {}
@@ -530,9 +530,11 @@ class WorkerPool:
                 send(w.conn, CallOp(op_index=op.index, op=call.op, args=call.args,
                                     agent=call.agent, barrier=barrier,
                                     barrier_timeout_s=self.op_timeout_s, scheduled=controlled,
-                                    race=race, gate=gated))
+                                    race=race, gate_round=rnd, gate_slot=call.slot,
+                                    gate_slots=racing))
             except (OSError, ValueError):
                 op.note = "worker was dead before the call"
+                self._board.gone(call.slot, rnd)
                 continue
             pending[call.slot] = (call, op)
         if barrier:
@@ -540,6 +542,7 @@ class WorkerPool:
                 reply = self._recv(self.slots[slot], self.op_timeout_s)
                 if not isinstance(reply, AtBarrier):
                     op.note = "worker died before the barrier"
+                    self._board.gone(slot, rnd)
                     op.complete_ns = time.monotonic_ns()
                     del pending[slot]
                     self.replace(slot)
@@ -547,40 +550,31 @@ class WorkerPool:
         if controlled and pending:
             self._scheduled_round(pending, chooser)
         else:
-            self._collect(pending, gated)
+            self._collect(pending, rnd)
         self.last_spans = [self._spans.pop(op.index, None) for op in created]
         self._spans.clear()
         return created
 
-    def _collect(self, pending: dict[int, tuple[PlannedCall, Op]], gated: bool) -> None:
-        """Wait for the running calls' answers (releasing the race gate on the way)."""
-        release = (gate_mod.Release(self._release_w, self._release_r, len(pending))
-                   if gated and pending else None)
+    def _collect(self, pending: dict[int, tuple[PlannedCall, Op]], rnd: int) -> None:
+        """Wait for the running calls' answers (``rnd``: their race gate round, or 0)."""
         limit, by_deadline = self._wait_limit()
         deadline = time.monotonic() + limit
         by_conn = {self.slots[s].conn: s for s in pending}
+        gated = bool(rnd and pending)
         while by_conn:
-            left = max(0.0, deadline - time.monotonic())
-            opens = release.timeout() if release is not None else None
-            ready = wait(list(by_conn), timeout=left if opens is None else min(left, opens))
+            ready = wait(list(by_conn), timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
-                if opens is not None and left > opens:
-                    release.poll()  # the racers that reached SQL go; the others need not
-                    continue
                 break
             for conn in ready:
                 slot = by_conn.pop(conn)
+                _call, op = pending.pop(slot)
+                if rnd:
+                    self._board.gone(slot, rnd)  # if it never arrived, nobody waits for it
                 try:
                     reply = receive(conn)
                 except (EOFError, OSError):
                     reply = None
-                if isinstance(reply, AtGate) and release is not None:
-                    by_conn[conn] = slot  # still running: its answer comes later
-                    release.arrive()
-                    continue
-                _call, op = pending.pop(slot)
-                if release is not None:
-                    release.finish()
+                gated = gated and isinstance(reply, OpDone) and reply.gated
                 if not isinstance(reply, OpDone):
                     w = self.slots[slot]
                     w.proc.join(0.5)
@@ -598,7 +592,7 @@ class WorkerPool:
             self._mark_hung(op, limit, by_deadline)
             op.complete_ns = time.monotonic_ns()
             self.replace(slot)
-        self.last_gated = bool(release is not None and release.together)
+        self.last_gated = gated and not pending
 
     def _take(self, op: Op, reply: OpDone) -> None:
         """Fill ``op`` with a worker's answer, and keep its call's span for ``last_spans``."""

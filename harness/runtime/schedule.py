@@ -3,7 +3,7 @@
 Worker side: before the target is created, :func:`install` replaces ``sqlite3.connect``
 so every connection the target opens is a :class:`ScheduledConnection` (in every worker:
 the stress-mode race gate, :mod:`ferry_harness.runtime.gate`, uses the same hook, see
-:func:`on_first_statement`). Each statement it executes first passes a *schedule point*: during a scheduled race the worker reports
+:func:`on_statement`). Each statement it executes first passes a *schedule point*: during a scheduled race the worker reports
 ``(op, sql)`` to the controller and waits for "go" before the statement is even prepared,
 so it takes no new SQLite lock while it waits (one inside a transaction keeps those it
 holds; it says so with ``in_tx``).
@@ -45,7 +45,7 @@ from ferry_harness.runtime.wire import (
 
 _original_connect = sqlite3.connect
 _state: dict[str, Any] = {"pipe": None, "op": None, "connections": 0, "busy": False,
-                          "first": None}
+                          "hook": None}
 _open: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()  # this worker's connections
 
 
@@ -54,10 +54,9 @@ class ScheduleAbort(Exception):
 
 
 def _point(sql: Any) -> None:
-    first = _state["first"]
-    if first is not None:  # the race gate (ferry_harness.runtime.gate): one shot
-        _state["first"] = None
-        first()
+    hook = _state["hook"]
+    if hook is not None:  # the race gate (ferry_harness.runtime.gate)
+        hook()
     pipe, op = _state["pipe"], _state["op"]
     if pipe is None or op is None:
         return
@@ -144,9 +143,9 @@ def begin(op_index: int | None) -> None:
     _state["op"] = op_index
 
 
-def on_first_statement(hook: Callable[[], None] | None) -> None:
-    """Call ``hook`` once, before the next SQL statement this worker runs (None: disarm)."""
-    _state["first"] = hook
+def on_statement(hook: Callable[[], None] | None) -> None:
+    """Call ``hook`` before every SQL statement this worker runs from now on (None: stop)."""
+    _state["hook"] = hook
 
 
 # ---------------------------------------------------------------------------- choosers

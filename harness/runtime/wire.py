@@ -56,7 +56,11 @@ class CallOp:
     barrier_timeout_s: float  # seconds to wait at the gate before giving up (op is info)
     scheduled: bool  # schedule mode: stop at every SQL statement for the controller's go
     race: bool = False  # a race call: note when its first SQL statement starts (sql_start_ns)
-    gate: bool = False  # and hold it there: report AtGate, wait for the release (stress races)
+    # > 0: and hold it there until every racer of gate round ``gate_round`` (the pool slots
+    # ``gate_slots``; this one is ``gate_slot``) stands there too (ferry_harness.runtime.gate)
+    gate_round: int = 0
+    gate_slot: int = -1
+    gate_slots: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,13 +97,6 @@ class AtBarrier:
 
 
 @dataclass(frozen=True, kw_only=True)
-class AtGate:
-    """A gated racer stands at its first SQL statement (ferry_harness.runtime.gate)."""
-
-    op_index: int  # the op it is running (CallOp.op_index)
-
-
-@dataclass(frozen=True, kw_only=True)
 class OpDone:
     """An operation's outcome, as :func:`ferry_harness.check.ops.execute` classified it."""
 
@@ -114,6 +111,7 @@ class OpDone:
     # time.monotonic_ns() when a race call's first SQL statement started (after the race
     # gate let it go, if it held it); 0: not a race call, or it ran no SQL statement
     sql_start_ns: int = 0
+    gated: bool = False  # the race gate held it and it left with every racer arrived
 
 
 @dataclass(frozen=True, kw_only=True)
