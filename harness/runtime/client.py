@@ -8,7 +8,9 @@ workers only re-open the store on a fresh database file.
 Commands go over pipes as the typed messages of :mod:`ferry_harness.runtime.wire`; each
 process dispatches on the message's type. A *race round* sends one
 call to each of k workers, waits until all k stand at a shared barrier, then releases
-them together. A worker that dies or overruns its timeout is killed and replaced by a
+them together; in stress mode the race gate (:mod:`ferry_harness.runtime.gate`) then holds
+each at its first SQL statement until all are there, and each round's ``last_spans`` say
+whether the calls overlapped. A worker that dies or overruns its timeout is killed and replaced by a
 fresh one with a new id; its operation is recorded as ``info`` (indeterminate).
 """
 
