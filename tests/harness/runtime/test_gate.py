@@ -58,7 +58,7 @@ def serialised(path: str, *, clock: Any) -> SerialisedStore:
     return SerialisedStore(path, clock=clock)
 
 
-def fuzz(target: str, tmp_path, examples: int = 6) -> Any:
+def fuzz(target: str, tmp_path, examples: int) -> Any:
     cfg = CampaignConfig(target=target, budget_s=None, max_examples=examples, seed=3,
                          report_dir=str(tmp_path / "r"), shrink_budget_s=5)
     return Campaign(cfg).run().report
@@ -104,13 +104,14 @@ def test_board_lets_racers_go_when_all_arrived_or_are_gone(monkeypatch):
 
 # ------------------------------------------------------------------------- campaigns
 def test_ferry_core_races_are_gated_and_overlap(tmp_path):
-    stats = fuzz("ferry_core:LeaseStore", tmp_path).stats
+    stats = fuzz("ferry_core:LeaseStore", tmp_path, examples=3).stats
     _consistent(stats)
     two = next(r for r in stats.race_overlap if r.racers == 2)
     assert two.gated > 0 and two.overlapped > 0, stats.race_overlap
     assert "no round was gated" not in overlap_line(stats)
 
 
+@pytest.mark.thorough
 def test_ungated_ferry_core_still_counts_its_rounds(tmp_path, monkeypatch):
     monkeypatch.setattr(gate, "ENABLED", False)
     stats = fuzz("ferry_core:LeaseStore", tmp_path, examples=3).stats
