@@ -120,12 +120,12 @@ def test_ungated_ferry_core_still_counts_its_rounds(tmp_path, monkeypatch):
 
 
 def test_serialising_store_reports_almost_no_overlap(tmp_path):
-    stats = fuzz("tests.harness.runtime.test_gate:serialised", tmp_path, examples=3).stats
+    stats = fuzz("tests.harness.runtime.test_gate:serialised", tmp_path, examples=4).stats
     _consistent(stats)
     rounds = sum(r.rounds for r in stats.race_overlap)
     together = sum(r.overlapped for r in stats.race_overlap)
     # (a racer preempted for 5 ms between its call's end and its clock reading may overlap)
-    assert rounds > 10 and together <= max(2, rounds // 10), stats.race_overlap
+    assert rounds >= 5 and together <= max(2, rounds // 10), stats.race_overlap
     assert sum(r.gated for r in stats.race_overlap) <= max(2, rounds // 10)
 
 
