@@ -3,10 +3,10 @@
 Worker side: before the target is created, :func:`install` replaces ``sqlite3.connect``
 so every connection the target opens is a :class:`ScheduledConnection` (in every worker:
 the stress-mode race gate, :mod:`ferry_harness.runtime.gate`, uses the same hook, see
-:func:`on_statement`). Each statement it executes first passes a *schedule point*: during a scheduled race the worker reports
-``(op, sql)`` to the controller and waits for "go" before the statement is even prepared,
-so it takes no new SQLite lock while it waits (one inside a transaction keeps those it
-holds; it says so with ``in_tx``).
+:func:`on_statement`). Each statement it executes first passes a *schedule point*:
+during a scheduled race the worker reports ``(op, sql)`` to the controller and waits for
+"go" before the statement is even prepared, so it takes no new SQLite lock while it waits
+(one inside a transaction keeps those it holds; it says so with ``in_tx``).
 
 Controller side: :func:`run_round` lets exactly one worker run at a time. A released
 worker runs until its next point, until it finishes, or until it has been silent for a
