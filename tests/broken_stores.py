@@ -537,6 +537,109 @@ def closed_queue_window(path: str, *, clock) -> ClosedQueueWindowStore:
     return ClosedQueueWindowStore(path, clock=clock)
 
 
+# ====================================================================== tight windows
+# The racy stores above widen their check-then-act window with TOCTOU_WINDOW_S. The three
+# below do not sleep: check and write are back to back, a window of tens of microseconds, as
+# real bugs have. Only racers that reach the database together can land in it; ferry's race
+# gate (ferry_harness.runtime.gate) releases them together at their first SQL statement.
+
+# ---------------------------------------------------------------------- 18. tight_check_then_act
+class TightCheckThenActStore(LeaseStore):
+    """BUG: the claim is SELECT-then-UPDATE in two autocommit statements, back to back.
+
+    ``check_then_act`` without the sleep: the readiness check is a SELECT and the write is
+    ``UPDATE tasks SET ... WHERE task_id=?`` with no status condition and no ``changes == 1``,
+    so two claimers whose SELECTs both ran before either UPDATE both "win". Used by both
+    ``poll_next`` and ``claim``. Invariant: ``single-winner``.
+    """
+
+    def _cas_claim(self, conn: sqlite3.Connection, task_id: str, agent_id: str,
+                   now: int) -> Claim | None:
+        ready = conn.execute(
+            "SELECT 1 FROM tasks WHERE task_id=:task_id AND status='SUBMITTED'"
+            " AND pending_deps=0 AND queue_deadline > :now"
+            " AND (target_agent IS NULL OR target_agent = :agent)",
+            {"task_id": task_id, "now": now, "agent": agent_id},
+        ).fetchall()
+        if not ready:
+            return None
+        token = str(uuid.uuid4())
+        rows = conn.execute(
+            "UPDATE tasks SET status='CLAIMED', claimed_by=:agent, claim_token=:token,"
+            " claimed_at=:now, lease_expires_at=:now + exec_ttl_ms, attempt=attempt + 1,"
+            " extend_count=0"
+            " WHERE task_id=:task_id"  # BUG: no "AND status='SUBMITTED' ..." and no changes==1
+            " RETURNING claimed_at, lease_expires_at, attempt",
+            {"agent": agent_id, "token": token, "now": now, "task_id": task_id},
+        ).fetchall()
+        claimed_at, expires, attempt = rows[0]
+        return Claim(task_id, agent_id, token, claimed_at, expires, attempt)
+
+
+def tight_check_then_act(path: str, *, clock) -> TightCheckThenActStore:
+    return TightCheckThenActStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 19. tight_double_finish
+class TightDoubleFinishStore(LeaseStore):
+    """BUG: fulfill compares the token in Python, then UPDATEs without it, back to back.
+
+    The guard (``_guard``: one SELECT, the token compared in Python) passes, then an
+    autocommit ``UPDATE tasks SET status='COMPLETED' ... WHERE task_id=?`` repeats neither
+    status nor token and ignores ``changes``. Two fulfills with the same token whose guards
+    both ran before either write both succeed (the second overwrites the first's result).
+    Invariant: ``token-unique`` (as ``double_finish``: the second reuses a retired token).
+    """
+
+    def fulfill(self, task_id: str, agent_id: str, token: str | None, result: Any = None) -> None:
+        result_json = _to_json("result", result)
+        now = self._now()
+        try:
+            self._guard(task_id, agent_id, token, now)
+        except errors.FerryError:  # the reference refusal (and late-result salvage)
+            return super().fulfill(task_id, agent_id, token, result)
+        self._busy.run(lambda: self._conn.execute(  # BUG: no "AND claim_token=?" + changes==1
+            "UPDATE tasks SET status='COMPLETED', result=?, completed_at=?, claim_token=NULL"
+            " WHERE task_id=?", (result_json, now, task_id)))
+        self._wrote()
+        return None
+
+
+def tight_double_finish(path: str, *, clock) -> TightDoubleFinishStore:
+    return TightDoubleFinishStore(path, clock=clock)
+
+
+# ---------------------------------------------------------------------- 20. tight_lock_takeover
+class TightLockTakeoverStore(LeaseStore):
+    """BUG: acquire_lock reads the lock row, decides in Python, then overwrites it blindly.
+
+    The read (``SELECT owner, expires_at``) says the lock is free, expired or already ours;
+    the write right after is ``INSERT OR REPLACE`` with no condition, so it does not re-check
+    expiry or owner. Two daemons whose reads both ran before either write both take the
+    lock. Invariant: ``lock-exclusive``.
+    """
+
+    def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+        _name("lock name", name)
+        _name("owner", owner)
+        _positive_int("ttl_ms", ttl_ms)
+        now = self._now()
+        rows = self._rows("SELECT owner, expires_at FROM daemon_locks WHERE name=?", (name,))
+        if rows and rows[0][1] > now and rows[0][0] != owner:
+            return False  # held by someone else
+        acquired = now if not rows or rows[0][0] != owner or rows[0][1] <= now else None
+        self._busy.run(lambda: self._conn.execute(  # BUG: no re-check of expiry/owner
+            "INSERT OR REPLACE INTO daemon_locks(name, owner, expires_at, acquired_at)"
+            " VALUES (?, ?, ?, COALESCE(?, (SELECT acquired_at FROM daemon_locks WHERE name=?)))",
+            (name, owner, now + ttl_ms, acquired, name)))
+        self._wrote()
+        return True
+
+
+def tight_lock_takeover(path: str, *, clock) -> TightLockTakeoverStore:
+    return TightLockTakeoverStore(path, clock=clock)
+
+
 # ---------------------------------------------------------------------- registry
 BROKEN: dict[str, tuple[str, str]] = {
     "check_then_act": (
@@ -573,6 +676,12 @@ BROKEN: dict[str, tuple[str, str]] = {
         "typed-errors", "dispatch lets TypeError/OverflowError escape on hostile arguments"),
     "closed_queue_window": (
         "lease-half-open", "queue window is [queued_at, deadline]: a claim is accepted AT the deadline"),
+    "tight_check_then_act": (
+        "single-winner", "check_then_act with no sleep: SELECT, then unconditional UPDATE, back to back"),
+    "tight_double_finish": (
+        "token-unique", "fulfill compares the token in Python, then UPDATEs by task_id, no sleep"),
+    "tight_lock_takeover": (
+        "lock-exclusive", "acquire_lock reads the row, then INSERT OR REPLACE with no re-check, no sleep"),
 }
 
 

@@ -21,6 +21,7 @@ from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.cli import bench, check, crash, new_target, protocol, scenario
 from ferry_harness.cli.args import Handlers, positive_int, positive_seconds, random_seed, seed, size
 from ferry_harness.errors import EXIT_CODES_HELP, ExitCode, FerryHarnessError, TargetError
+from ferry_harness.report.markdown import overlap_line
 from ferry_harness.report.paths import LATEST, check_report_dir, make_run_dir, run_dir_name
 from ferry_harness.report.protocol import read_hint
 from ferry_harness.report.schema import said_reproduced
@@ -229,6 +230,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     print(f"ferry: {headline(rep)} — {stats.examples} examples, {stats.race_rounds} race "
           f"rounds, {stats.ops} operations in {stats.seconds:.1f}s against {cfg.target} "
           f"(seed {cfg.seed}{'' if args.seed is not None else ', random: --seed fixes it'})")
+    print(f"ferry: {overlap_line(stats)}")
     for v in rep.violations:
         anchor = v.protocol.partition("#")[2] or v.invariant
         print(f"  [{v.invariant}] {v.message} (see {v.protocol}: {read_hint(anchor)})")

@@ -101,6 +101,13 @@ def _stats(stats: Any) -> list[str]:
     out = ["## Stats", "", "| stat | value |", "| --- | ---: |"]
     out += [f"| {_cell(k)} | {_cell(_num(v))} |" for k, v in flat]
     out.append("")
+    if isinstance(stats, FuzzStats) and stats.race_overlap:
+        out += ["### Race overlap (rounds whose racers' store calls all ran at one instant)", "",
+                "| racers | rounds | overlapped | gated (held at their first SQL statement, "
+                "released together) |", "| ---: | ---: | ---: | ---: |"]
+        out += [f"| {r.racers} | {r.rounds} | {r.overlapped} ({_pct(r.overlapped, r.rounds)}) "
+                f"| {r.gated} ({_pct(r.gated, r.rounds)}) |" for r in stats.race_overlap]
+        out += ["", overlap_line(stats), ""]
     # over the whole campaign, not only the example the timeline shows
     tables = [("Refusals by class", stats.refusals)]
     if isinstance(stats, FuzzStats):
@@ -112,6 +119,24 @@ def _stats(stats: Any) -> list[str]:
             out += [f"| {_cell(k)} | {_cell(_num(v))} |" for k, v in table.items()]
             out.append("")
     return out
+
+
+def overlap_line(stats: FuzzStats) -> str:
+    """One sentence on how many race rounds really raced, per race size (the end-of-run
+    summary line and report.md say it), e.g. "race overlap: 2 racers 71%, 4 racers 45%"."""
+    if not stats.race_overlap:
+        return "race overlap: no race rounds"
+    parts = ", ".join(f"{r.racers} racers {_pct(r.overlapped, r.rounds)}"
+                      for r in stats.race_overlap)
+    gated = sum(r.gated for r in stats.race_overlap)
+    if not gated:
+        parts += (" (no round was gated: the race gate needs the target's SQL to go through "
+                  "Python's sqlite3.connect; overlap was left to chance)")
+    return f"race overlap: {parts}"
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
 
 
 # --------------------------------------------------------------------------- story

@@ -151,6 +151,23 @@ class Coverage:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RaceOverlap:
+    """The race rounds of one size, and how many really raced.
+
+    A round *overlapped* when every racer's store call, measured in its worker on
+    CLOCK_MONOTONIC, was running at one common instant (a call held by the race gate
+    counts from its release); it was *gated* when the race gate held every racer at its
+    first SQL statement and released them together (ferry_harness.runtime.gate). A target
+    whose SQL bypasses Python's ``sqlite3.connect`` is never gated: its overlap is chance.
+    """
+
+    racers: int  # calls in the round (2, 3, 4 ...)
+    rounds: int  # race rounds of that size
+    overlapped: int  # of those, the rounds whose racers' calls all overlapped in time
+    gated: int = 0  # of those rounds, the ones the gate released together
+
+
+@dataclass(frozen=True, kw_only=True)
 class Stall:
     """An operation that ran long enough to keep the other workers waiting."""
 
@@ -189,6 +206,7 @@ class FuzzStats:
     other_s: float = 0.0
     database_dir: str | None = None  # where the examples' database files were made (--db-dir)
     database_filesystem: str | None = None  # its file system ("tmpfs": in memory; "ext4", …)
+    race_overlap: tuple[RaceOverlap, ...] = ()  # per race size (fewest racers first)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -492,6 +510,9 @@ def _stats(cls: type, d: Any) -> Stats | None:
         elif f.name == "stalls":
             v = tuple(Stall(op=str(s.get("op")), seconds=float(s.get("seconds") or 0))
                       for s in _list(v) if isinstance(s, Mapping))
+        elif f.name == "race_overlap":
+            v = tuple(RaceOverlap(**{k: _int(r.get(k)) or 0 for k in _OVERLAP_FIELDS})
+                      for r in _list(v) if isinstance(r, Mapping))
         elif f.name in ("refusals", "faults"):
             v = dict(v) if isinstance(v, Mapping) else None
         elif isinstance(v, Mapping | list):
@@ -499,6 +520,9 @@ def _stats(cls: type, d: Any) -> Stats | None:
         if v is not None or f.name == "steady_example_s" or f.name == "ops_per_s":
             kw[f.name] = v
     return cls(**kw)
+
+
+_OVERLAP_FIELDS = tuple(f.name for f in fields(RaceOverlap))
 
 
 def _section(cls: type, d: Any) -> Any:

@@ -53,6 +53,7 @@ from ferry_harness.report.schema import (
     FoundInvariant,
     FuzzStats,
     Provenance,
+    RaceOverlap,
     Report,
     ScheduleSearch,
     Stall,
@@ -649,7 +650,9 @@ class Campaign:
                 other_s=round(max(0.0, seconds - stats.setup_s - stats.rounds_s
                                   - stats.checking_s), 3),
                 database_dir=self.runner.db_dir.path,
-                database_filesystem=self.runner.db_dir.filesystem),
+                database_filesystem=self.runner.db_dir.filesystem,
+                race_overlap=tuple(RaceOverlap(racers=k, rounds=r, overlapped=o, gated=g)
+                                   for k, (r, o, g) in sorted(stats.overlap.items()))),
             budget=Budget(budget_s=self.cfg.budget_s, time_limit_s=self.cfg.time_limit_s(),
                           stopped_at_limit=bool(self.hard_end is not None
                                                 and time.monotonic() >= self.hard_end)),

@@ -50,6 +50,7 @@ from ferry_harness.run.steps import (
 from ferry_harness.runtime import schedule
 from ferry_harness.runtime.client import PlannedCall, WorkerPool
 from ferry_harness.runtime.clock import SharedClock
+from ferry_harness.runtime.gate import overlapped
 
 LOCK_NAME = "ferry-daemon"
 STALL_S = 1.0  # an op that ran this long kept the other workers waiting: a report finding
@@ -127,12 +128,12 @@ class Executor:
             return [op for c in order for op in self.run_calls([c])]
         self.round += 1
         chooser = self._chooser() if len(calls) > 1 else None
-        if len(calls) > 1:
-            self.stats.race_rounds += 1
         t0 = time.perf_counter()
         ops = self.pool.run(calls, self.history, round_id=self.round, example=self.example,
                             chooser=chooser)
         self.stats.rounds_s += time.perf_counter() - t0
+        if len(calls) > 1:  # did the racers really race? (ferry_harness.runtime.gate)
+            self.stats.raced(len(calls), overlapped(self.pool.last_spans), self.pool.last_gated)
         if chooser is not None:
             if self._schedules is None:
                 s = self._step

@@ -24,6 +24,16 @@ class Stats:
     setup_s: float = 0.0
     rounds_s: float = 0.0
     checking_s: float = 0.0
+    # racers -> [rounds, overlapped, gated] (ferry_harness.runtime.gate defines both)
+    overlap: dict[int, list[int]] = field(default_factory=dict)
+
+    def raced(self, racers: int, overlapped: bool, gated: bool) -> None:
+        """Count one race round of ``racers`` calls."""
+        self.race_rounds += 1
+        row = self.overlap.setdefault(racers, [0, 0, 0])
+        row[0] += 1
+        row[1] += overlapped
+        row[2] += gated
 
     def stalled(self, op: str, seconds: float) -> None:
         self.stalls = sorted(self.stalls + [(op, round(seconds, 3))], key=lambda s: -s[1])[:5]

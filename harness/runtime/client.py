@@ -8,7 +8,9 @@ workers only re-open the store on a fresh database file.
 Commands go over pipes as the typed messages of :mod:`ferry_harness.runtime.wire`; each
 process dispatches on the message's type. A *race round* sends one
 call to each of k workers, waits until all k stand at a shared barrier, then releases
-them together. A worker that dies or overruns its timeout is killed and replaced by a
+them together; in stress mode the race gate (:mod:`ferry_harness.runtime.gate`) then holds
+each at its first SQL statement until all are there, and each round's ``last_spans`` say
+whether the calls overlapped. A worker that dies or overruns its timeout is killed and replaced by a
 fresh one with a new id; its operation is recorded as ``info`` (indeterminate).
 """
 
@@ -31,6 +33,7 @@ from ferry_harness.check.annotations import CutShort, Died, Hung, Statements, ma
 from ferry_harness.check.history import INFO, History, Op
 from ferry_harness.check.ops import CallArgs
 from ferry_harness.errors import HarnessError
+from ferry_harness.runtime import gate as gate_mod
 from ferry_harness.runtime import schedule
 from ferry_harness.runtime.calls import capabilities, execute
 from ferry_harness.runtime.clock import SharedClock
@@ -64,14 +67,14 @@ LIVENESS_CAP_S = 10.0
 
 
 def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, parent: int,
-                 scheduled: bool = False) -> None:
+                 scheduled: bool = False, board: gate_mod.Board | None = None) -> None:
     """A store worker's loop: one message in, its answer out (see ferry_harness.runtime.wire)."""
     die_with_parent()
     if os.getppid() != parent:  # the controller died before prctl took effect
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
-    if scheduled:
-        schedule.install(conn)  # before the target opens any connection
+    # before the target opens any connection: schedule points, and the race gate's hook
+    schedule.install(conn)
     factory = load_factory(target)
     store = None
     while True:
@@ -81,7 +84,7 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, paren
             break
         match msg:
             case CallOp():
-                send(conn, _call(store, msg, conn, clock, gate_fd))
+                send(conn, _call(store, msg, conn, clock, gate_fd, board))
             case OpenStore():
                 if store is not None:
                     _close(store)
@@ -107,8 +110,10 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, paren
         _close(store)
 
 
-def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int) -> OpDone:
-    """Run one operation (after the barrier, if the call has one) and classify it."""
+def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int,
+          board: gate_mod.Board | None = None) -> OpDone:
+    """Run one operation (after the barrier, if the call has one; held at its first SQL
+    statement by the race gate, if armed) and classify it."""
     if msg.barrier:
         send(conn, AtBarrier(op_index=msg.op_index))
         if not _pass_gate(gate_fd, msg.barrier_timeout_s):
@@ -118,6 +123,8 @@ def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int) 
     now = clock()
     t0 = time.monotonic_ns()
     schedule.begin(msg.op_index if msg.scheduled else None)
+    if msg.race:
+        gate_mod.arm(board, msg.gate_round, msg.gate_slot, msg.gate_slots)
     try:
         typ, value, error, message = execute(store, msg.op, msg.args, msg.agent)
     except schedule.ScheduleAbort as exc:
@@ -126,9 +133,11 @@ def _call(store: Any, msg: CallOp, conn: Any, clock: SharedClock, gate_fd: int) 
         typ, value, error, message = INFO, None, type(exc).__name__, str(exc)
     finally:
         schedule.begin(None)
+        sql_start, gated = gate_mod.disarm()
     t1 = time.monotonic_ns()
     return OpDone(op_index=msg.op_index, type=typ, value=value, error=error, message=message,
-                  invoke_ns=t0, complete_ns=t1, now_ms=now)
+                  invoke_ns=t0, complete_ns=t1, now_ms=now, sql_start_ns=sql_start,
+                  gated=gated)
 
 
 def _pass_gate(gate_fd: int, timeout: float) -> bool:
@@ -237,7 +246,8 @@ class WorkerPool:
     """Persistent workers for one campaign. Use as a context manager: nothing outlives it."""
 
     def __init__(self, target: str, clock: SharedClock, size: int = 4, *,
-                 op_timeout_s: float | None = None, scheduled: bool = False) -> None:
+                 op_timeout_s: float | None = None, scheduled: bool = False,
+                 gate: bool | None = None) -> None:
         if size < 2:
             raise HarnessError("a race needs at least 2 workers (--workers >= 2)")
         load_factory(target)  # fail fast, in the controller, with a clear message
@@ -254,6 +264,14 @@ class WorkerPool:
         # the race barrier: a pipe whose read end every worker inherits (see _pass_gate)
         self._gate_r, self._gate_w = os.pipe()
         os.set_blocking(self._gate_r, False)
+        # the race gate at the first SQL statement (ferry_harness.runtime.gate): its board
+        self.gate = gate_mod.ENABLED if gate is None else gate
+        self._board = gate_mod.Board(size)
+        #: the last round's racers' spans (None: it never ran) and whether the gate held
+        #: every one of them and released them together
+        self.last_spans: list[gate_mod.RacerSpan | None] = []
+        self.last_gated = False
+        self._spans: dict[int, gate_mod.RacerSpan] = {}
         self.slots: list[Worker] = []
         self.next_id = 0
         self.replaced = 0
@@ -321,7 +339,7 @@ class WorkerPool:
         parent_end, child_end = _CTX.Pipe()
         proc = _CTX.Process(target=_worker_main, daemon=True, name=f"ferry-worker-{self.next_id}",
                             args=(child_end, self.target, self.clock, self._gate_r, os.getpid(),
-                                  self.scheduled))
+                                  self.scheduled, self._board))
         proc.start()
         child_end.close()
         worker = Worker(self.next_id, proc, parent_end)
@@ -501,16 +519,23 @@ class WorkerPool:
             chooser: schedule.Chooser | None = None) -> list[Op]:
         """Run calls (one per distinct slot) and append their ops to ``history``.
 
-        With a barrier (the default for more than one call) all workers start together.
-        With a ``chooser`` (schedule mode) they then run one statement at a time in the
+        With a barrier (the default for more than one call) all workers start together;
+        then (unless the pool was made with ``gate=False``) the race gate holds each racer at
+        its first SQL statement and releases them together (ferry_harness.runtime.gate).
+        With a ``chooser`` (schedule mode) they instead run one statement at a time in the
         order it decides; each op's ``Statements`` fact lists its statements as
-        ``[seq, sql, switch]`` in the order they ran.
+        ``[seq, sql, switch]`` in the order they ran. ``last_spans`` and ``last_gated``
+        say afterwards how the round's calls lay in time.
         """
         controlled = chooser is not None and len(calls) > 1
         if len({c.slot for c in calls}) != len(calls):
             raise ValueError("one call per worker slot in a round")
         barrier = len(calls) > 1 if barrier is None else barrier
+        race = barrier and len(calls) > 1
+        rnd = self._board.next_round() if self.gate and race and not controlled else 0
+        racing = tuple(c.slot for c in calls) if rnd else ()
         self._drain_gate()
+        self.last_spans, self.last_gated = [], False
         pending: dict[int, tuple[PlannedCall, Op]] = {}
         created: list[Op] = []
         for call in calls:
@@ -523,9 +548,12 @@ class WorkerPool:
             try:
                 send(w.conn, CallOp(op_index=op.index, op=call.op, args=call.args,
                                     agent=call.agent, barrier=barrier,
-                                    barrier_timeout_s=self.op_timeout_s, scheduled=controlled))
+                                    barrier_timeout_s=self.op_timeout_s, scheduled=controlled,
+                                    race=race, gate_round=rnd, gate_slot=call.slot,
+                                    gate_slots=racing))
             except (OSError, ValueError):
                 op.note = "worker was dead before the call"
+                self._board.gone(call.slot, rnd)
                 continue
             pending[call.slot] = (call, op)
         if barrier:
@@ -533,16 +561,25 @@ class WorkerPool:
                 reply = self._recv(self.slots[slot], self.op_timeout_s)
                 if not isinstance(reply, AtBarrier):
                     op.note = "worker died before the barrier"
+                    self._board.gone(slot, rnd)
                     op.complete_ns = time.monotonic_ns()
                     del pending[slot]
                     self.replace(slot)
             os.write(self._gate_w, b"g" * len(pending))  # open the gate for all at once
         if controlled and pending:
             self._scheduled_round(pending, chooser)
-            return created
+        else:
+            self._collect(pending, rnd)
+        self.last_spans = [self._spans.pop(op.index, None) for op in created]
+        self._spans.clear()
+        return created
+
+    def _collect(self, pending: dict[int, tuple[PlannedCall, Op]], rnd: int) -> None:
+        """Wait for the running calls' answers (``rnd``: their race gate round, or 0)."""
         limit, by_deadline = self._wait_limit()
         deadline = time.monotonic() + limit
         by_conn = {self.slots[s].conn: s for s in pending}
+        gated = bool(rnd and pending)
         while by_conn:
             ready = wait(list(by_conn), timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
@@ -550,10 +587,13 @@ class WorkerPool:
             for conn in ready:
                 slot = by_conn.pop(conn)
                 _call, op = pending.pop(slot)
+                if rnd:
+                    self._board.gone(slot, rnd)  # if it never arrived, nobody waits for it
                 try:
                     reply = receive(conn)
                 except (EOFError, OSError):
                     reply = None
+                gated = gated and isinstance(reply, OpDone) and reply.gated
                 if not isinstance(reply, OpDone):
                     w = self.slots[slot]
                     w.proc.join(0.5)
@@ -566,13 +606,20 @@ class WorkerPool:
                     op.complete_ns = time.monotonic_ns()
                     self.replace(slot)
                     continue
-                _record(op, reply)
-                self._observe(op)
+                self._take(op, reply)
         for slot, (_call, op) in pending.items():  # overran the timeout: kill, replace
             self._mark_hung(op, limit, by_deadline)
             op.complete_ns = time.monotonic_ns()
             self.replace(slot)
-        return created
+        self.last_gated = gated and not pending
+
+    def _take(self, op: Op, reply: OpDone) -> None:
+        """Fill ``op`` with a worker's answer, and keep its call's span for ``last_spans``."""
+        _record(op, reply)
+        self._observe(op)
+        if reply.invoke_ns and reply.complete_ns:
+            self._spans[op.index] = gate_mod.RacerSpan(
+                start_ns=reply.sql_start_ns or reply.invoke_ns, end_ns=reply.complete_ns)
 
     def run_and_kill(self, call: PlannedCall, history: History, delay_s: float, *,
                      round_id: int | None = None, example: int | None = None) -> Op:
@@ -615,8 +662,7 @@ class WorkerPool:
         for pos, op in enumerate(ops):
             reply = res.replies.get(pos)
             if reply is not None:
-                _record(op, reply)
-                self._observe(op)
+                self._take(op, reply)
                 continue
             op.complete_ns = time.monotonic_ns()
             op.note = res.note or "worker died during a scheduled round"

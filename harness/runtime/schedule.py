@@ -1,11 +1,12 @@
 """Schedule mode: control the interleaving of real processes at SQL statement boundaries.
 
 Worker side: before the target is created, :func:`install` replaces ``sqlite3.connect``
-so every connection the target opens is a :class:`ScheduledConnection`. Each statement it
-executes first passes a *schedule point*: during a scheduled race the worker reports
-``(op, sql)`` to the controller and waits for "go" before the statement is even prepared,
-so it takes no new SQLite lock while it waits (one inside a transaction keeps those it
-holds; it says so with ``in_tx``).
+so every connection the target opens is a :class:`ScheduledConnection` (in every worker:
+the stress-mode race gate, :mod:`ferry_harness.runtime.gate`, uses the same hook, see
+:func:`on_statement`). Each statement it executes first passes a *schedule point*:
+during a scheduled race the worker reports ``(op, sql)`` to the controller and waits for
+"go" before the statement is even prepared, so it takes no new SQLite lock while it waits
+(one inside a transaction keeps those it holds; it says so with ``in_tx``).
 
 Controller side: :func:`run_round` lets exactly one worker run at a time. A released
 worker runs until its next point, until it finishes, or until it has been silent for a
@@ -28,6 +29,7 @@ import random
 import sqlite3
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, TypedDict
@@ -48,13 +50,17 @@ class _State(TypedDict):
     op: int | None  # the op index now running
     connections: int
     busy: bool
+    hook: Callable[[], None] | None  # called at every statement (the race gate), or None
 
 
-_state: _State = {"pipe": None, "op": None, "connections": 0, "busy": False}
+_state: _State = {"pipe": None, "op": None, "connections": 0, "busy": False, "hook": None}
 _open: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()  # this worker's connections
 
 
 def _point(sql: Any) -> None:
+    hook = _state["hook"]
+    if hook is not None:  # the race gate (ferry_harness.runtime.gate)
+        hook()
     pipe, op = _state["pipe"], _state["op"]
     if pipe is None or op is None:
         return
@@ -139,6 +145,11 @@ def connections() -> int:
 def begin(op_index: int | None) -> None:
     """Points block only while a scheduled op runs (``None``: free-running)."""
     _state["op"] = op_index
+
+
+def on_statement(hook: Callable[[], None] | None) -> None:
+    """Call ``hook`` before every SQL statement this worker runs from now on (None: stop)."""
+    _state["hook"] = hook
 
 
 # ---------------------------------------------------------------------------- choosers

@@ -57,6 +57,12 @@ class CallOp:
     barrier: bool  # report AtBarrier, then wait at the shared gate before running
     barrier_timeout_s: float  # seconds to wait at the gate before giving up (op is info)
     scheduled: bool  # schedule mode: stop at every SQL statement for the controller's go
+    race: bool = False  # a race call: note when its first SQL statement starts (sql_start_ns)
+    # > 0: and hold it there until every racer of gate round ``gate_round`` (the pool slots
+    # ``gate_slots``; this one is ``gate_slot``) stands there too (ferry_harness.runtime.gate)
+    gate_round: int = 0
+    gate_slot: int = -1
+    gate_slots: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +110,10 @@ class OpDone:
     invoke_ns: int  # time.monotonic_ns() in the worker just before the call (0: never ran)
     complete_ns: int  # time.monotonic_ns() in the worker just after it (0: never ran)
     now_ms: int  # the shared clock (ms) when the call started
+    # time.monotonic_ns() when a race call's first SQL statement started (after the race
+    # gate let it go, if it held it); 0: not a race call, or it ran no SQL statement
+    sql_start_ns: int = 0
+    gated: bool = False  # the race gate held it and it left with every racer arrived
 
 
 @dataclass(frozen=True, kw_only=True)
