@@ -58,3 +58,7 @@ class ExampleDbError(UsageError, ValueError):
 
 class HarnessError(FerryError):
     """The harness itself cannot go on (a factory raises, workers cannot start)."""
+
+
+class PgServerError(HarnessError):
+    """A throwaway PostgreSQL cluster cannot be found, created or started."""
