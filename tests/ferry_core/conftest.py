@@ -30,12 +30,6 @@ _TABLES = ("task_deps", "tasks", "claim_tokens", "salvage", "daemon_locks")
 _schema_ids = itertools.count()
 
 
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "sqlite_only: a ferry_core test of the SQLite file, WAL, PRAGMAs or "
-        "statements; not run against PgLeaseStore")
-
-
 @pytest.fixture(params=BACKENDS)
 def store_backend(request) -> str:
     return request.param

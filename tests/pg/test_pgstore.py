@@ -1,0 +1,189 @@
+"""PgLeaseStore beyond the shared store tests (tests/ferry_core runs those on both
+backends): how it finds its schema, what it refuses to open, the token history's primary
+key, and real processes racing for the same tasks."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import pytest
+
+from ferry_core import (
+    COMPLETED,
+    FerryError,
+    InvalidArgument,
+    LeaseExpired,
+    ManualClock,
+    PgLeaseStore,
+    StoreError,
+)
+from ferry_harness.runtime.pgserver import schema_uri
+
+T0 = 1_000_000
+
+
+def test_the_schema_comes_from_the_uri_search_path_and_is_created(pg_uri, pg_admin, pg_schema):
+    uri = schema_uri(pg_uri, f"{pg_schema},public")
+    with PgLeaseStore(uri, clock=ManualClock(T0)) as s:
+        assert s.schema == pg_schema
+        tid = s.dispatch(None)
+    tables = {r[0] for r in pg_admin.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname=%s", (pg_schema,)).fetchall()}
+    assert {"tasks", "claim_tokens", "daemon_locks"} <= tables
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=ManualClock(T0)) as again:
+        assert [v.task_id for v in again.inspect()] == [tid]  # the same schema, reopened
+
+
+def test_two_schemas_are_two_stores(pg_uri, pg_schema):
+    other = pg_schema + "_b"
+    try:
+        with PgLeaseStore(pg_uri, schema=pg_schema) as a, \
+                PgLeaseStore(pg_uri, schema=other) as b:
+            a.dispatch(None)
+            assert b.inspect() == [] and len(a.inspect()) == 1
+    finally:
+        with PgLeaseStore(pg_uri, schema=other) as b:
+            b._conn.execute(f'DROP SCHEMA "{other}" CASCADE')
+
+
+def test_a_schema_of_another_application_is_refused(pg_admin, pg_uri, pg_schema):
+    pg_admin.execute(f'CREATE SCHEMA "{pg_schema}"')
+    pg_admin.execute(f'CREATE TABLE "{pg_schema}".invoices (id int)')
+    with pytest.raises(StoreError, match="another application"):
+        PgLeaseStore(pg_uri, schema=pg_schema)
+
+
+def test_a_newer_schema_version_is_refused(pg_admin, pg_uri, pg_schema):
+    PgLeaseStore(pg_uri, schema=pg_schema).close()
+    pg_admin.execute(f'UPDATE "{pg_schema}".ferry_meta SET version = version + 1')
+    with pytest.raises(StoreError, match="newer than this ferry_core"):
+        PgLeaseStore(pg_uri, schema=pg_schema)
+
+
+@pytest.mark.parametrize("kw", [{"schema": "no-dashes"}, {"schema": "x; DROP TABLE t"},
+                                {"claim_strategy": "immediate"}, {"max_extends": -1}])
+def test_bad_arguments_are_invalid(pg_uri, kw):
+    with pytest.raises(InvalidArgument):
+        PgLeaseStore(pg_uri, **kw)
+
+
+def test_an_unreachable_server_is_a_store_error(tmp_path):
+    pytest.importorskip("psycopg")
+    with pytest.raises(StoreError, match="cannot connect"):
+        PgLeaseStore(f"postgresql://postgres@/postgres?host={tmp_path}&connect_timeout=2")
+
+
+def test_concurrent_first_opens_of_one_schema_all_succeed(pg_uri, pg_schema):
+    outcomes: list = []
+
+    def open_one() -> None:
+        try:
+            PgLeaseStore(pg_uri, schema=pg_schema).close()
+            outcomes.append("ok")
+        except Exception as exc:  # the assertion below names it
+            outcomes.append(repr(exc))
+
+    threads = [threading.Thread(target=open_one) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert outcomes == ["ok"] * 6
+
+
+def test_history_primary_key_makes_a_reissued_token_impossible(pg_uri, pg_admin, pg_schema):
+    import psycopg
+
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=ManualClock(T0)) as s:
+        a, b = s.dispatch(None), s.dispatch(None)
+        ca = s.claim(a, "A")
+        s.release(a, "A", ca.token)
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            pg_admin.execute(
+                f'UPDATE "{pg_schema}".tasks SET status=\'CLAIMED\', claim_token=%s,'
+                " claimed_by='B', claimed_at=1, lease_expires_at=2 WHERE task_id=%s",
+                (ca.token, b))
+        assert s.get(b).status == "SUBMITTED"
+
+
+def test_time_is_the_clock_not_the_server(pg_uri, pg_schema):
+    """The clock starts far from the server's wall time; every instant the store records
+    is the clock's, and the half-open lease boundary is the clock's millisecond."""
+    clock = ManualClock(5_000)
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=clock) as s:
+        tid = s.dispatch(None, exec_ttl_ms=100)
+        c = s.poll_next("A")
+        assert (c.claimed_at, c.lease_expires_at) == (5_000, 5_100)
+        clock.set(5_099)
+        assert s.extend(tid, "A", c.token) == 5_199
+        clock.set(5_199)
+        with pytest.raises(LeaseExpired):
+            s.fulfill(tid, "A", c.token, "late")
+        assert s.get(tid).completed_at == 5_199
+
+
+# ---------------------------------------------------------------- processes racing
+N_TASKS, N_PROCS = 200, 8
+
+
+def _racer(uri: str, schema: str, name: str, start, out) -> None:
+    """Claim until the queue is empty; complete each claim, then try to complete it once
+    more with the same (now retired) token and with a stale token of another claim.
+    Reports (name, tasks won, stale completions accepted, own completions refused)."""
+    won, stale_accepted, refused = [], 0, []
+    try:
+        with PgLeaseStore(uri, schema=schema, clock=ManualClock(T0)) as s:
+            start.wait()
+            previous = None
+            while (c := s.poll_next(name)) is not None:
+                won.append(c.task_id)
+                if previous is not None:  # a token of an earlier, finished claim
+                    try:
+                        s.fulfill(c.task_id, name, previous.token, "stale")
+                        stale_accepted += 1
+                    except FerryError:
+                        pass
+                try:
+                    s.fulfill(c.task_id, name, c.token, name)
+                except FerryError as exc:  # someone else holds "my" task: a double claim
+                    refused.append(repr(exc))
+                try:
+                    s.fulfill(c.task_id, name, c.token, "again")
+                    stale_accepted += 1
+                except FerryError:
+                    pass
+                previous = c
+    except BaseException as exc:  # reported, so the test names it instead of timing out
+        refused.append(repr(exc))
+    out.put((name, won, stale_accepted, refused))
+
+
+def test_racing_processes_one_winner_per_task_and_no_stale_completion(pg_uri, pg_schema):
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=ManualClock(T0)) as s:
+        ids = s.dispatch_many(list(range(N_TASKS)), exec_ttl_ms=600_000)
+    # fork: a child ends with os._exit, so it never uses or closes the connections it inherits
+    ctx = multiprocessing.get_context("fork")
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_racer, args=(pg_uri, pg_schema, f"w{i}", start, out))
+             for i in range(N_PROCS)]
+    for p in procs:
+        p.start()
+    try:
+        start.set()
+        results = [out.get(timeout=60) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    assert [r for *_, refused in results for r in refused] == []
+    won = [t for _, w, _, _ in results for t in w]
+    assert sorted(won) == sorted(ids), "every task claimed exactly once"
+    assert sum(stale for _, _, stale, _ in results) == 0, "a retired token completed a task"
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=ManualClock(T0)) as s:
+        views = s.inspect()
+    winner = {t: name for name, w, _, _ in results for t in w}
+    assert all(v.status == COMPLETED and v.result == winner[v.task_id] for v in views)
+    assert sum(1 for _, w, _, _ in results if w) >= 2, "the race had more than one claimer"
