@@ -5,7 +5,9 @@
 Not on PostgreSQL (deselected, not skipped): the ``immediate`` strategy (a SQLite
 transaction mode: PgLeaseStore has one claim strategy), tests marked ``sqlite_only`` (the
 file, the WAL, PRAGMAs, SQLite's statements), and tests that ask for the SQLite file itself
-(``db_path``, ``wal_size``).
+(``db_path``, ``wal_size``). Of the rest, the default run takes up to three variants of
+each parametrized test on Postgres, each showing a parameter value the others do not;
+``--ferry-thorough`` runs every combination.
 
 ``db_dump`` and ``assert_refused`` read a Postgres store's schema through a separate
 connection, as they read a SQLite file through a read-only one.
@@ -28,6 +30,8 @@ SQLITE_FIXTURES = frozenset({"db_path", "wal_size"})
 #: the store's tables, dependents before what they reference (the order a reset deletes in)
 _TABLES = ("task_deps", "tasks", "claim_tokens", "salvage", "daemon_locks")
 _schema_ids = itertools.count()
+#: Postgres variants of one parametrized test in the default run (every one: --ferry-thorough)
+PG_DEFAULT_VARIANTS = 3
 
 
 @pytest.fixture(params=BACKENDS)
@@ -35,18 +39,35 @@ def store_backend(request) -> str:
     return request.param
 
 
+@pytest.hookimpl(tryfirst=True)  # before the root conftest's hook skips `thorough` items
 def pytest_collection_modifyitems(config, items):
-    """Deselect the Postgres variants that cannot apply (see the module docstring)."""
+    """Deselect the Postgres variants that cannot apply (see the module docstring), and
+    mark ``thorough`` all but the first ``PG_DEFAULT_VARIANTS`` Postgres variants of a
+    test that each show a parameter value the earlier ones did not (the suite has a time
+    budget); ``--ferry-thorough`` runs them all."""
     keep, drop = [], []
+    seen: dict[str, set] = {}
+    default_runs: dict[str, int] = {}
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if params.get("store_backend") == "postgres" and (
-                params.get("claim_strategy") == "immediate"
-                or item.get_closest_marker("sqlite_only")
+        if params.get("store_backend") != "postgres":
+            keep.append(item)
+            continue
+        if (params.get("claim_strategy") == "immediate" or item.get_closest_marker("sqlite_only")
                 or SQLITE_FIXTURES & _requested(item)):
             drop.append(item)
-        else:
-            keep.append(item)
+            continue
+        keep.append(item)
+        values = {(k, repr(v)) for k, v in params.items()
+                  if k not in ("store_backend", "claim_strategy")}
+        key = f"{item.path}::{item.originalname}"
+        shown = seen.setdefault(key, set())
+        kept = default_runs.get(key, 0)
+        if kept >= PG_DEFAULT_VARIANTS or (shown and values <= shown):
+            item.add_marker(pytest.mark.thorough)
+            continue
+        default_runs[key] = kept + 1
+        shown |= values
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
