@@ -5,13 +5,24 @@ What changes from the SQLite store, and why the semantics stay the same:
 - SQLite serialises every write behind one lock; PostgreSQL runs them at once (READ
   COMMITTED). So every write that decides something is ONE conditional statement whose
   WHERE clause is re-checked on the row's newest version when it had to wait for a
-  concurrent writer (a CAS): the claim (``UPDATE … WHERE seq = (SELECT … FOR UPDATE SKIP
-  LOCKED) AND status='SUBMITTED' … RETURNING``), every holder write (the token in the
+  concurrent writer (a CAS): the claim (``UPDATE … WHERE seq = (SELECT … FOR NO KEY UPDATE
+  SKIP LOCKED) AND <still ready> … RETURNING``), every holder write (the token in the
   WHERE clause), the expiry of one instant's leases, the lock UPSERT.
-- The bookkeeping that follows a holder write (token history, token retirement,
-  dependents unblocked) is done by row triggers, inside the same statement.
-- ``dispatch`` locks its dependencies ``FOR SHARE`` while it counts them, so a dependency
-  cannot complete or fail between the count and the insert.
+- The bookkeeping that follows a holder write (token history, token retirement) is done
+  by row triggers, inside the same statement.
+- Readiness is computed, not counted: a task is ready when none of its dependencies is
+  anything but COMPLETED (``NOT EXISTS`` in the claim's WHERE clause), so a dependency that
+  completes while its dependent's ``dispatch`` is still uncommitted cannot leave the
+  dependent waiting forever (the SQLite store keeps a counter: its writers are serialised).
+  A dependency that fails in that window leaves the dependent SUBMITTED and never ready
+  until the next ``sweep()``, which fails it (PROTOCOL.md#dependencies-and-the-failure-cascade
+  allows either) at the sweep's ``now``, after the sweep's due events (not yet: at the
+  instant the dependency ended, which differs only when the dependent's own queue window
+  ended in between).
+- ``dispatch`` locks its dependencies only as the foreign key does (``KEY SHARE``), which
+  the claim's ``FOR NO KEY UPDATE`` does not conflict with: ``SKIP LOCKED`` passes over a
+  row only while another write is changing it (a claim, an expiry), never over a ready
+  task because a dispatch depends on it (with ``FOR UPDATE`` it would take a younger one).
 - A claimer that skipped a row another claimer has locked (``SKIP LOCKED``) and found
   nothing reads again and retries while a task is ready, so it never reports "nothing"
   while work remains (PROTOCOL.md#poll_next).
@@ -46,7 +57,7 @@ from .store import (
     _positive_int,
     _to_json,
 )
-from .types import CLAIMED, COMPLETED, SUBMITTED, Claim, ClaimStats, Salvage, TaskView
+from .types import CLAIMED, SUBMITTED, Claim, ClaimStats, Salvage, TaskView
 
 if TYPE_CHECKING:  # psycopg is optional: imported by the constructor
     import psycopg
@@ -85,7 +96,6 @@ CREATE TABLE IF NOT EXISTS {s}.tasks (
     attempt          BIGINT  NOT NULL DEFAULT 0,
     extend_count     BIGINT  NOT NULL DEFAULT 0,
     release_count    BIGINT  NOT NULL DEFAULT 0,
-    pending_deps     BIGINT  NOT NULL DEFAULT 0,
     result           TEXT,
     error_reason     TEXT,
     claim_token      TEXT
@@ -121,7 +131,7 @@ CREATE TABLE IF NOT EXISTS {s}.daemon_locks (
     acquired_at BIGINT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tasks_ready
-    ON {s}.tasks(target_agent, queued_at, seq) WHERE status = 'SUBMITTED' AND pending_deps = 0;
+    ON {s}.tasks(target_agent, queued_at, seq) WHERE status = 'SUBMITTED';
 CREATE INDEX IF NOT EXISTS tasks_lease_due
     ON {s}.tasks(lease_expires_at) WHERE status = 'CLAIMED';
 CREATE INDEX IF NOT EXISTS tasks_queue_due
@@ -159,17 +169,6 @@ CREATE OR REPLACE TRIGGER claim_token_retired
     WHEN (OLD.claim_token IS NOT NULL AND NEW.claim_token IS NULL)
     EXECUTE FUNCTION {s}.ferry_token_retired();
 
-CREATE OR REPLACE FUNCTION {s}.ferry_unblock() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE {s}.tasks SET pending_deps = pending_deps - 1
-    WHERE task_id IN (SELECT task_id FROM {s}.task_deps WHERE depends_on = NEW.task_id);
-    RETURN NULL;
-END $$;
-CREATE OR REPLACE TRIGGER completed_unblocks_dependents
-    AFTER UPDATE OF status ON {s}.tasks FOR EACH ROW
-    WHEN (NEW.status = 'COMPLETED' AND OLD.status <> 'COMPLETED')
-    EXECUTE FUNCTION {s}.ferry_unblock();
-
 CREATE TABLE IF NOT EXISTS {s}.ferry_meta (version INTEGER NOT NULL);
 """
 
@@ -184,8 +183,10 @@ _VIEW_COLUMNS = """
 _GUARD_COLUMNS = "status, target_agent, claimed_by, lease_expires_at, claim_token"
 
 # -------------------------------------------------------------------- statements
-_READY = ("status='SUBMITTED' AND pending_deps=0 AND queue_deadline > %(now)s"
-          " AND (target_agent IS NULL OR target_agent = %(agent)s)")
+_READY = ("status='SUBMITTED' AND queue_deadline > %(now)s"
+          " AND (target_agent IS NULL OR target_agent = %(agent)s)"
+          " AND NOT EXISTS(SELECT 1 FROM task_deps d JOIN tasks p ON p.task_id = d.depends_on"
+          "  WHERE d.task_id = tasks.task_id AND p.status <> 'COMPLETED')")
 _DUE = ("(EXISTS(SELECT 1 FROM tasks WHERE status='CLAIMED' AND lease_expires_at <= %(now)s)"
         " OR EXISTS(SELECT 1 FROM tasks WHERE status='SUBMITTED' AND queue_deadline <= %(now)s))")
 _CLAIM_FIELDS = (
@@ -196,12 +197,16 @@ _CLAIM_ONE = (f"UPDATE tasks SET {_CLAIM_FIELDS} WHERE task_id=%(task_id)s AND {
 _CLAIM_NEXT = (
     f"UPDATE tasks SET {_CLAIM_FIELDS}"
     f" WHERE seq = (SELECT seq FROM tasks WHERE {_READY} ORDER BY queued_at, seq LIMIT 1"
-    f"  FOR UPDATE SKIP LOCKED) AND {_READY}"
+    f"  FOR NO KEY UPDATE SKIP LOCKED) AND {_READY}"
     " RETURNING task_id, claimed_at, lease_expires_at, attempt")
 _CLAIM_NEXT_UNLESS_DUE = _CLAIM_NEXT.replace(" RETURNING ", f" AND NOT {_DUE} RETURNING ", 1)
 _READY_SQL = f"SELECT EXISTS(SELECT 1 FROM tasks WHERE {_READY})"
 _POLL_CHECK = f"SELECT {_DUE}, EXISTS(SELECT 1 FROM tasks WHERE {_READY})"
-_DUE_SQL = f"SELECT {_DUE}"
+#: a SUBMITTED task with a dead dependency: its dispatch raced the dependency's end
+_STUCK = ("EXISTS(SELECT 1 FROM task_deps d JOIN tasks p ON p.task_id = d.depends_on"
+          " JOIN tasks c ON c.task_id = d.task_id"
+          " WHERE c.status = 'SUBMITTED' AND p.status IN ('FAILED','TIMED_OUT'))")
+_SWEEP_CHECK = f"SELECT {_DUE} OR {_STUCK}"
 _NEXT_DUE_SQL = (
     "SELECT least("
     "(SELECT min(lease_expires_at) FROM tasks WHERE status='CLAIMED' AND lease_expires_at <= %(now)s),"
@@ -228,7 +233,7 @@ _CASCADE_SQL = (
     "  FROM task_deps d JOIN tasks p ON p.task_id = d.depends_on"
     "  WHERE d.task_id = tasks.task_id AND p.status IN ('FAILED','TIMED_OUT')"
     "  ORDER BY d.id LIMIT 1)"
-    " WHERE status='SUBMITTED' AND pending_deps > 0 AND EXISTS ("
+    " WHERE status='SUBMITTED' AND EXISTS ("
     "  SELECT 1 FROM task_deps d JOIN tasks p ON p.task_id = d.depends_on"
     "  WHERE d.task_id = tasks.task_id AND p.status IN ('FAILED','TIMED_OUT'))")
 _HOLDER_WHERE = (" WHERE task_id=%(task_id)s AND status='CLAIMED'"
@@ -485,15 +490,13 @@ class PgLeaseStore:
 
         def body(conn: psycopg.Connection) -> None:
             self._apply_due(conn, now)
-            # FOR SHARE: no dependency completes or fails between this count and the insert
             found = dict(conn.execute(
-                "SELECT task_id, status FROM tasks WHERE task_id = ANY(%s) FOR SHARE",
+                "SELECT task_id, status FROM tasks WHERE task_id = ANY(%s)",
                 (deps,)).fetchall()) if deps else {}
             for dep in deps:
                 if dep not in found:
                     raise errors.NotFound(f"dependency {dep!r} does not exist; dispatch it first")
             dead = [d for d in deps if found[d] in ("FAILED", "TIMED_OUT")]
-            pending = sum(1 for d in deps if found[d] != COMPLETED)
             status, reason, done_at = SUBMITTED, None, None
             if dead:
                 status, done_at = "FAILED", now
@@ -502,11 +505,11 @@ class PgLeaseStore:
                 cur.executemany(
                     "INSERT INTO tasks(task_id, status, target_agent, title, payload, requester,"
                     " queue_ttl_ms, exec_ttl_ms, max_attempts, created_at, queued_at,"
-                    " queue_deadline, pending_deps, error_reason, completed_at)"
-                    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                    " queue_deadline, error_reason, completed_at)"
+                    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
                     [(task_id, status, target_agent, title, payload_json, requester,
                       queue_ttl_ms, exec_ttl_ms, max_attempts, now, now, now + queue_ttl_ms,
-                      pending, reason, done_at)
+                      reason, done_at)
                      for task_id, payload_json in zip(task_ids, payload_jsons, strict=True)])
                 if deps:
                     cur.executemany(
@@ -544,10 +547,12 @@ class PgLeaseStore:
         return self.sweep_at(self._now())
 
     def sweep_at(self, now: int) -> int:
-        """The two-phase sweep at a given instant (read first, write only when due)."""
-        if not self._rows(_DUE_SQL, {"now": now})[0][0]:
+        """The two-phase sweep at a given instant (read first, write only when due, or
+        when a dependent waits on a dead dependency)."""
+        if not self._rows(_SWEEP_CHECK, {"now": now})[0][0]:
             return 0
-        return self._in_tx(lambda conn: self._apply_due(conn, now))
+        # then the dependents whose dispatch raced their dependency's end (see above)
+        return self._in_tx(lambda conn: self._apply_due(conn, now) + self._cascade(conn, now))
 
     # ------------------------------------------------------------------ claiming
     def claim_stats(self) -> ClaimStats:

@@ -187,3 +187,85 @@ def test_racing_processes_one_winner_per_task_and_no_stale_completion(pg_uri, pg
     winner = {t: name for name, w, _, _ in results for t in w}
     assert all(v.status == COMPLETED and v.result == winner[v.task_id] for v in views)
     assert sum(1 for _, w, _, _ in results if w) >= 2, "the race had more than one claimer"
+
+
+# ------------------------------------------- a dispatch still uncommitted meets the world
+class _PausedStore(PgLeaseStore):
+    """Holds each write transaction open after its last statement until ``go`` is set:
+    the window in which another process's commit cannot be seen by it."""
+
+    reached: threading.Event
+    go: threading.Event
+
+    def _in_tx(self, body):
+        def run():
+            with self._conn.transaction():
+                out = body(self._conn)
+                self.reached.set()
+                assert self.go.wait(20)
+                return out
+        return self._retrying(run)
+
+
+def _paused_dispatch(pg_uri, schema, **kw):
+    """Start ``dispatch(None, **kw)`` in a thread, held open before its commit."""
+    paused = _PausedStore(pg_uri, schema=schema, clock=ManualClock(T0 + 1))
+    paused.reached, paused.go = threading.Event(), threading.Event()
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(paused.dispatch(None, **kw)))
+    thread.start()
+    assert paused.reached.wait(20)
+    return paused, thread, out
+
+
+def _finish(paused, thread) -> None:
+    paused.go.set()
+    thread.join(20)
+    paused.close()
+
+
+def test_a_dependency_completing_during_the_dispatch_still_frees_the_dependent(
+        pg_uri, pg_schema):
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=ManualClock(T0), busy_timeout_ms=3000) as s:
+        dep = s.dispatch(None)
+        c = s.poll_next("A")
+        paused, thread, out = _paused_dispatch(pg_uri, pg_schema, depends_on=[dep])
+        try:
+            s.fulfill(dep, "A", c.token, "done")  # must not wait for the dispatch
+        finally:
+            _finish(paused, thread)
+        (child,) = out
+        nxt = s.poll_next("B")
+        assert nxt is not None and nxt.task_id == child
+
+
+def test_a_dependency_failing_during_the_dispatch_fails_the_dependent_at_the_next_sweep(
+        pg_uri, pg_schema):
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=ManualClock(T0), busy_timeout_ms=3000) as s:
+        dep = s.dispatch(None)
+        c = s.poll_next("A")
+        paused, thread, out = _paused_dispatch(pg_uri, pg_schema, depends_on=[dep])
+        try:
+            s.fail(dep, "A", c.token, "broken")
+        finally:
+            _finish(paused, thread)
+        (child,) = out
+        assert s.poll_next("B") is None  # never ready
+        assert s.sweep() == 1
+        v = s.get(child)
+        assert (v.status, v.error_reason) == ("FAILED", f"dependency {dep} ended FAILED")
+
+
+def test_a_poll_during_a_dispatch_onto_the_oldest_task_still_takes_the_oldest(
+        pg_uri, pg_schema):
+    """The dispatch reads its dependency without locking it, so a SKIP LOCKED claim
+    never passes over a ready task only because a dispatch depends on it."""
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=ManualClock(T0), busy_timeout_ms=3000) as s:
+        oldest = s.dispatch(None)
+        s.dispatch(None)
+        paused, thread, _ = _paused_dispatch(pg_uri, pg_schema, depends_on=[oldest])
+        try:
+            c = s.poll_next("A")
+        finally:
+            _finish(paused, thread)
+        assert c.task_id == oldest
