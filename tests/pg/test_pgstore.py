@@ -269,3 +269,78 @@ def test_a_poll_during_a_dispatch_onto_the_oldest_task_still_takes_the_oldest(
         finally:
             _finish(paused, thread)
         assert c.task_id == oldest
+
+
+# ------------------------------------------------- what "writes nothing" means on Postgres
+def _next_xid(admin) -> int:
+    """The next transaction id the server will assign (reading it assigns none)."""
+    return int(admin.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
+               .fetchall()[0][0])
+
+
+def _quiet_calls(s: PgLeaseStore, tid: str) -> None:
+    """An idle poll (nothing ready for this agent, nothing due) and every read."""
+    assert s.poll_next("nobody-has-work-for-me") is None
+    s.get(tid)
+    s.inspect()
+    s.salvaged(tid)
+    s.lock_holder("sweeper")
+    assert s.sweep() == 0
+
+
+class _HeartbeatPoll(PgLeaseStore):
+    """Broken on purpose: every poll records the poller's heartbeat, a write."""
+
+    def poll_next(self, agent_id):
+        self.acquire_lock(f"heartbeat-{agent_id}", agent_id, 1_000)
+        return super().poll_next(agent_id)
+
+
+@pytest.mark.parametrize("store_class, writes", [(PgLeaseStore, False), (_HeartbeatPoll, True)])
+def test_an_idle_poll_and_reads_assign_no_transaction_id(pg_uri, pg_admin, pg_schema,
+                                                         store_class, writes):
+    if pg_admin.execute("SHOW autovacuum").fetchall()[0][0] != "off":
+        pytest.skip("the server runs autovacuum, whose analyzes assign transaction ids")
+    clock = ManualClock(T0)
+    with store_class(pg_uri, schema=pg_schema, clock=clock) as s:
+        tid = s.dispatch("someone-else")  # ready, but not for the idle poller
+        c = s.claim(s.dispatch(None), "A")
+        s.salvage(c.task_id, "A", c.token, "part")
+        before = _next_xid(pg_admin)
+        _quiet_calls(s, tid)
+        after = _next_xid(pg_admin)
+    assert (after != before) is writes, f"transaction ids {before} -> {after}"
+
+
+def _backend_state(admin, store: PgLeaseStore) -> str:
+    return admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s",
+                         (store._conn.info.backend_pid,)).fetchall()[0][0]
+
+
+def test_no_call_leaves_its_connection_idle_in_transaction(pg_uri, pg_admin, pg_schema):
+    """Every call ends its transaction, refusals included (the Postgres side of "no
+    long transactions"): between calls the store's backend is ``idle``."""
+    clock = ManualClock(T0)
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=clock, max_releases=0) as s:
+        dep = s.dispatch(None, exec_ttl_ms=100)
+        calls = [
+            lambda: s.dispatch(None, depends_on=[dep]),
+            lambda: s.poll_next("A"),
+            lambda: s.poll_next("A"),
+            lambda: s.extend(dep, "A", "forged"),
+            lambda: s.release(dep, "A", s._rows("SELECT claim_token FROM tasks WHERE task_id=%s",
+                                                 (dep,))[0][0]),
+            lambda: clock.advance(100),
+            lambda: s.fulfill(dep, "A", "late"),
+            lambda: s.dispatch(None, depends_on=["missing"]),
+            lambda: s.acquire_lock("l", "o", 10),
+            lambda: s.sweep(),
+        ]
+        states = []
+        for call in calls:
+            try:
+                call()
+            except FerryError:
+                pass
+            states.append(_backend_state(pg_admin, s))
+    assert states == ["idle"] * len(calls)
