@@ -16,9 +16,9 @@ What changes from the SQLite store, and why the semantics stay the same:
   dependent waiting forever (the SQLite store keeps a counter: its writers are serialised).
   A dependency that fails in that window leaves the dependent SUBMITTED and never ready
   until the next ``sweep()``, which fails it (PROTOCOL.md#dependencies-and-the-failure-cascade
-  allows either) at the sweep's ``now``, after the sweep's due events (not yet: at the
-  instant the dependency ended, which differs only when the dependent's own queue window
-  ended in between).
+  allows either) at the instant the cascade took effect (the later of the dependency's
+  end and the dependent's dispatch), in time order with the other due events: FAILED if
+  its queue window was still open then, else TIMED_OUT.
 - ``dispatch`` locks its dependencies only as the foreign key does (``KEY SHARE``), which
   the claim's ``FOR NO KEY UPDATE`` does not conflict with: ``SKIP LOCKED`` passes over a
   row only while another write is changing it (a claim, an expiry), never over a ready
@@ -205,7 +205,8 @@ _POLL_CHECK = f"SELECT {_DUE}, EXISTS(SELECT 1 FROM tasks WHERE {_READY})"
 #: a SUBMITTED task with a dead dependency: its dispatch raced the dependency's end
 _STUCK = ("EXISTS(SELECT 1 FROM task_deps d JOIN tasks p ON p.task_id = d.depends_on"
           " JOIN tasks c ON c.task_id = d.task_id"
-          " WHERE c.status = 'SUBMITTED' AND p.status IN ('FAILED','TIMED_OUT'))")
+          " WHERE c.status = 'SUBMITTED' AND p.status IN ('FAILED','TIMED_OUT')"
+          " AND greatest(p.completed_at, c.created_at) <= %(now)s)")
 _SWEEP_CHECK = f"SELECT {_DUE} OR {_STUCK}"
 _NEXT_DUE_SQL = (
     "SELECT least("
@@ -227,15 +228,22 @@ _QUEUE_TIMEOUT_SQL = (
     "UPDATE tasks SET status='TIMED_OUT', completed_at=%(t)s,"
     " error_reason='queue window ended before any claim'"
     " WHERE status='SUBMITTED' AND queue_deadline = %(t)s")
+#: a dead dependency cascades from the later of its end and the dependent's dispatch: a
+#: dispatch that raced the dependency's end (see the module doc) is failed at that instant
+_DEAD_DEP = ("FROM task_deps d JOIN tasks p ON p.task_id = d.depends_on"
+             " WHERE d.task_id = tasks.task_id AND p.status IN ('FAILED','TIMED_OUT')"
+             " AND greatest(p.completed_at, tasks.created_at) <= %(t)s")
 _CASCADE_SQL = (
     "UPDATE tasks SET status='FAILED', completed_at=%(t)s, error_reason=("
-    "  SELECT 'dependency ' || p.task_id || ' ended ' || p.status"
-    "  FROM task_deps d JOIN tasks p ON p.task_id = d.depends_on"
-    "  WHERE d.task_id = tasks.task_id AND p.status IN ('FAILED','TIMED_OUT')"
+    f"  SELECT 'dependency ' || p.task_id || ' ended ' || p.status {_DEAD_DEP}"
     "  ORDER BY d.id LIMIT 1)"
-    " WHERE status='SUBMITTED' AND EXISTS ("
-    "  SELECT 1 FROM task_deps d JOIN tasks p ON p.task_id = d.depends_on"
-    "  WHERE d.task_id = tasks.task_id AND p.status IN ('FAILED','TIMED_OUT'))")
+    f" WHERE status='SUBMITTED' AND EXISTS (SELECT 1 {_DEAD_DEP})")
+#: the earliest such instant at or before %(now)s (what a sweep looks for besides expiries)
+_STUCK_AT_SQL = (
+    "SELECT min(greatest(p.completed_at, c.created_at)) FROM task_deps d"
+    " JOIN tasks p ON p.task_id = d.depends_on JOIN tasks c ON c.task_id = d.task_id"
+    " WHERE c.status = 'SUBMITTED' AND p.status IN ('FAILED','TIMED_OUT')"
+    " AND greatest(p.completed_at, c.created_at) <= %(now)s")
 _HOLDER_WHERE = (" WHERE task_id=%(task_id)s AND status='CLAIMED'"
                  " AND claim_token = %(row_token)s AND lease_expires_at > %(now)s")
 _LATE_TOKEN_SQL = ("SELECT 1 FROM claim_tokens WHERE token=%s AND task_id=%s AND agent_id=%s"
@@ -520,12 +528,16 @@ class PgLeaseStore:
         return task_ids
 
     # ------------------------------------------------------------------ sweep
-    def _apply_due(self, conn: psycopg.Connection, now: int) -> int:
+    def _apply_due(self, conn: psycopg.Connection, now: int, stuck: bool = False) -> int:
         """Inside a transaction: apply due events in time order, cascading failures, each
-        at the instant it happened (not at ``now``), as ``LeaseStore._apply_due``."""
+        at the instant it happened (not at ``now``), as ``LeaseStore._apply_due``; with
+        ``stuck`` (a sweep) the cascades of dispatches that raced a dependency's end too."""
         changed = 0
         while True:
             t = conn.execute(_NEXT_DUE_SQL, {"now": now}).fetchall()[0][0]
+            if stuck:
+                s = conn.execute(_STUCK_AT_SQL, {"now": now}).fetchall()[0][0]
+                t = s if t is None else t if s is None else min(s, t)
             if t is None:
                 return changed
             changed += conn.execute(_REQUEUE_SQL, {"t": t}).rowcount
@@ -551,8 +563,7 @@ class PgLeaseStore:
         when a dependent waits on a dead dependency)."""
         if not self._rows(_SWEEP_CHECK, {"now": now})[0][0]:
             return 0
-        # then the dependents whose dispatch raced their dependency's end (see above)
-        return self._in_tx(lambda conn: self._apply_due(conn, now) + self._cascade(conn, now))
+        return self._in_tx(lambda conn: self._apply_due(conn, now, stuck=True))
 
     # ------------------------------------------------------------------ claiming
     def claim_stats(self) -> ClaimStats:

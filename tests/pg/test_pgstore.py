@@ -241,7 +241,8 @@ def test_a_dependency_completing_during_the_dispatch_still_frees_the_dependent(
 
 def test_a_dependency_failing_during_the_dispatch_fails_the_dependent_at_the_next_sweep(
         pg_uri, pg_schema):
-    with PgLeaseStore(pg_uri, schema=pg_schema, clock=ManualClock(T0), busy_timeout_ms=3000) as s:
+    clock = ManualClock(T0)
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=clock, busy_timeout_ms=3000) as s:
         dep = s.dispatch(None)
         c = s.poll_next("A")
         paused, thread, out = _paused_dispatch(pg_uri, pg_schema, depends_on=[dep])
@@ -251,6 +252,7 @@ def test_a_dependency_failing_during_the_dispatch_fails_the_dependent_at_the_nex
             _finish(paused, thread)
         (child,) = out
         assert s.poll_next("B") is None  # never ready
+        clock.set(T0 + 1)  # the dispatch's instant (its store's clock is one ahead)
         assert s.sweep() == 1
         v = s.get(child)
         assert (v.status, v.error_reason) == ("FAILED", f"dependency {dep} ended FAILED")
@@ -344,3 +346,26 @@ def test_no_call_leaves_its_connection_idle_in_transaction(pg_uri, pg_admin, pg_
                 pass
             states.append(_backend_state(pg_admin, s))
     assert states == ["idle"] * len(calls)
+
+
+def test_a_raced_dependent_fails_at_the_cascade_instant_even_after_its_window(
+        pg_uri, pg_schema):
+    """The dependency failed while the dispatch was open; no sweep ran until after the
+    dependent's queue window ended: the cascade was in effect from the dependent's
+    dispatch on (its window still open), so the sweep fails it then, not TIMED_OUT."""
+    clock = ManualClock(T0)
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=clock, busy_timeout_ms=3000) as s:
+        dep = s.dispatch(None)
+        c = s.poll_next("A")
+        paused, thread, out = _paused_dispatch(pg_uri, pg_schema, depends_on=[dep],
+                                               queue_ttl_ms=50)
+        try:
+            s.fail(dep, "A", c.token, "broken")
+        finally:
+            _finish(paused, thread)
+        (child,) = out
+        clock.set(T0 + 1_000)  # long past the dependent's window [T0 + 1, T0 + 51)
+        s.sweep()
+        v = s.get(child)
+        assert (v.status, v.completed_at, v.error_reason) == (
+            "FAILED", T0 + 1, f"dependency {dep} ended FAILED")
