@@ -31,6 +31,12 @@ What changes from the SQLite store, and why the semantics stay the same:
 - Reads are single autocommit statements: no transaction or snapshot outlives a call.
 - A deadlock or serialization failure between two concurrent transactions is retried;
   a row lock waited on longer than ``busy_timeout_ms`` (``lock_timeout``) is ``StoreError``.
+- Unlike SQLite, which writes inside the calling process, a statement the client has sent
+  runs to its end in the server even when the client is then frozen (SIGSTOP) or killed:
+  a paused holder's ``fulfill`` can complete while it is stopped (its effect still falls
+  inside the call). Every holder write is one autocommit statement, so none leaves a
+  transaction open across such a pause; ``fail`` and ``dispatch`` are short transactions
+  a frozen client can hold open (row locks: other writers wait up to ``busy_timeout_ms``).
 
 psycopg 3 is imported when a store is made, so ``import ferry_core`` never needs it.
 """
