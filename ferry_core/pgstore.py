@@ -34,9 +34,11 @@ What changes from the SQLite store, and why the semantics stay the same:
 - Unlike SQLite, which writes inside the calling process, a statement the client has sent
   runs to its end in the server even when the client is then frozen (SIGSTOP) or killed:
   a paused holder's ``fulfill`` can complete while it is stopped (its effect still falls
-  inside the call). Every holder write is one autocommit statement, so none leaves a
-  transaction open across such a pause; ``fail`` and ``dispatch`` are short transactions
-  a frozen client can hold open (row locks: other writers wait up to ``busy_timeout_ms``).
+  inside the call). ``fulfill``, ``release``, ``extend``, ``salvage``, the claims and the
+  lock calls write with single autocommit statements, which no pause can hold open;
+  ``fail``, ``dispatch``, a sweep and a late call's expiry are short transactions a client
+  frozen between their statements holds open (other writers of those rows wait, up to
+  ``busy_timeout_ms``).
 
 psycopg 3 is imported when a store is made, so ``import ferry_core`` never needs it.
 """
