@@ -153,7 +153,8 @@ BEGIN
     VALUES (NEW.claim_token, NEW.task_id, NEW.claimed_by, NEW.claimed_at);
     RETURN NEW;
 END $$;
-CREATE OR REPLACE TRIGGER claim_token_history
+DROP TRIGGER IF EXISTS claim_token_history ON {s}.tasks;
+CREATE TRIGGER claim_token_history
     BEFORE UPDATE OF claim_token ON {s}.tasks FOR EACH ROW
     WHEN (NEW.claim_token IS NOT NULL AND NEW.claim_token IS DISTINCT FROM OLD.claim_token)
     EXECUTE FUNCTION {s}.ferry_token_issued();
@@ -172,7 +173,8 @@ BEGIN
     WHERE token = OLD.claim_token AND retired_why IS NULL;
     RETURN NULL;
 END $$;
-CREATE OR REPLACE TRIGGER claim_token_retired
+DROP TRIGGER IF EXISTS claim_token_retired ON {s}.tasks;
+CREATE TRIGGER claim_token_retired
     AFTER UPDATE OF claim_token ON {s}.tasks FOR EACH ROW
     WHEN (OLD.claim_token IS NOT NULL AND NEW.claim_token IS NULL)
     EXECUTE FUNCTION {s}.ferry_token_retired();
