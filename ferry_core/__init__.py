@@ -1,4 +1,5 @@
-"""ferry_core: a compact leasing store on SQLite WAL (the reference target of ferry)."""
+"""ferry_core: a compact leasing store on SQLite WAL (the reference target of ferry), and the
+same store on a PostgreSQL schema (``PgLeaseStore``, needs psycopg 3)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .errors import (
     TokenRequired,
     WrongState,
 )
+from .pgstore import PgLeaseStore
 from .schema import SCHEMA_VERSION
 from .store import LeaseStore, cas_store, immediate_store
 from .types import (
@@ -36,7 +38,7 @@ __all__ = [
     "CLAIMED", "COMPLETED", "FAILED", "STATES", "SUBMITTED", "TERMINAL", "TIMED_OUT",
     "SCHEMA_VERSION", "Claim", "ClaimStats", "Clock", "FerryError", "InvalidArgument", "InvalidToken",
     "LeaseExpired", "LeaseStore", "LimitExceeded", "ManualClock", "NotFound",
-    "PermissionDenied", "Salvage", "StoreError", "SystemClock", "TaskView", "TokenRequired",
+    "PermissionDenied", "PgLeaseStore", "Salvage", "StoreError", "SystemClock", "TaskView", "TokenRequired",
     "WrongState", "cas_store", "errors", "immediate_store",
 ]
 __version__ = "0.1.0"

@@ -73,6 +73,10 @@ class HarnessError(FerryHarnessError):
     """The harness itself cannot go on (a factory raises, workers cannot start)."""
 
 
+class PgServerError(HarnessError):
+    """A throwaway PostgreSQL cluster cannot be found, created or started."""
+
+
 # ---------------------------------------------------------------- control flow (not errors)
 class ViolationFound(AssertionError):
     """An invariant broke during a generated example: fails the Hypothesis test (hence an

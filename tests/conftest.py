@@ -14,6 +14,10 @@ them.
 - ``wal_size(path=None)``: size in bytes of the ``-wal`` file (0 when absent).
 - ``assert_refused(store, exc, fn, *args, **kw)``: the call raises exactly ``exc``, the
   database content is unchanged and (for ``LeaseStore``) no transaction is left open.
+- ``pg_uri`` (session): a libpq URI of a PostgreSQL server: ``$FERRY_PG_URI``, else a
+  throwaway cluster (``ferry_harness.runtime.pgserver``) started once per test process and
+  removed at the end. Without PostgreSQL it skips, naming what to install; with ``CI`` set
+  it fails instead (CI never skips the Postgres tests).
 """
 
 from __future__ import annotations
@@ -50,6 +54,30 @@ def dump_database(path) -> list[str]:
 def wal_file_size(path) -> int:
     wal = _db_file(path) + "-wal"
     return os.path.getsize(wal) if os.path.exists(wal) else 0
+
+
+@pytest.fixture(scope="session")
+def pg_uri():
+    from ferry_harness.runtime import pgserver  # only sessions that use Postgres pay for it
+
+    uri = os.environ.get(pgserver.ENV_URI)
+    if uri:
+        yield uri
+        return
+    missing = None
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        missing = "psycopg not importable (pip install -e '.[test,adapters]')"
+    if missing is None and pgserver.find_bindir() is None:
+        missing = ("postgresql not found: no initdb/pg_ctl (apt-get install postgresql, or "
+                   f"set {pgserver.ENV_URI} to a server)")
+    if missing is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the PostgreSQL tests: {missing}", pytrace=False)
+        pytest.skip(missing)
+    with pgserver.PgServer() as server:
+        yield server.uri
 
 
 @pytest.fixture
@@ -161,6 +189,7 @@ def ferry_budget(request) -> float:
 SYSTEM_NEEDS = {
     "chromium": ("the timeline's browser tests", "apt-get install chromium"),
     "redis-server": ("the shared Redis example database test", "apt-get install redis-server"),
+    "postgresql": ("the PostgreSQL store tests", "apt-get install postgresql"),
 }
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import multiprocessing
-import sqlite3
 
 import pytest
 
@@ -17,18 +16,15 @@ from ferry_core import (
     LeaseStore,
     NotFound,
 )
+from tests.ferry_core.backend import raw_rows
 
 T0 = 1_000_000
 
 
-def _rows(db_path: str) -> list[tuple]:
+def _rows(store) -> list[tuple]:
     """Every task row without ``seq`` and ``task_id`` (the two columns the store chooses),
-    read through a separate read-only connection."""
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    try:
-        return [r[2:] for r in conn.execute("SELECT * FROM tasks ORDER BY seq").fetchall()]
-    finally:
-        conn.close()
+    read through a separate connection."""
+    return [r[2:] for r in raw_rows(store, "SELECT * FROM tasks ORDER BY seq")]
 
 
 # --------------------------------------------------------------------------- dispatch_many
@@ -41,7 +37,7 @@ def test_dispatch_many_inserts_what_dispatch_inserts(store_factory, tmp_path):
         a.dispatch("agent-a", payload={"n": i}, **kw)
     bulk = b.dispatch_many([{"n": i} for i in range(3)], target_agent="agent-a", **kw)
     assert len(bulk) == len(set(bulk)) == 3
-    assert _rows(one) == _rows(many)  # the same clock: byte-for-byte the same columns
+    assert _rows(a) == _rows(b)  # the same clock: byte-for-byte the same columns
     views = [b.get(t) for t in bulk]
     assert [v.payload for v in views] == [{"n": 0}, {"n": 1}, {"n": 2}]
     assert all(v.status == SUBMITTED and v.target_agent == "agent-a" for v in views)
@@ -105,6 +101,7 @@ def test_claim_stats_count_cas_attempts_and_misses(store_factory):
     assert s.claim_stats().to_dict() == {"attempts": 3, "misses": 1, "empty": 0}
 
 
+@pytest.mark.sqlite_only  # a SQLite transaction mode
 def test_claim_stats_immediate_strategy_counts_the_same(store_factory):
     s = store_factory(claim_strategy="immediate")
     (tid,) = s.dispatch_many([None])

@@ -20,6 +20,7 @@ from ferry_core import (
     TokenRequired,
     WrongState,
 )
+from tests.ferry_core.backend import open_transaction, raw_rows
 
 T0 = 1_000_000
 
@@ -112,7 +113,7 @@ def test_4_lease_expired_comes_before_holder_and_token_checks(
     clock.set(c.lease_expires_at + offset)
     with pytest.raises(LeaseExpired):
         HOLDER_OPS[op](store, tid, caller, c.token if token == "holder" else token)
-    assert not store._conn.in_transaction
+    assert not open_transaction(store)
     v = store.get(tid)  # the due expiry was applied (SPEC §3), nothing else changed
     assert (v.status, v.claimed_by, v.attempt) == (SUBMITTED, None, 1)
     assert v.queued_at == c.lease_expires_at
@@ -184,13 +185,8 @@ def test_the_token_is_the_authority_across_instances(store, store_factory):
 
 # ----------------------------------------------------------------- tokens
 def _token_rows(store):
-    conn = sqlite3.connect(store.path)
-    try:
-        return conn.execute(
-            "SELECT token, task_id, agent_id, issued_at, retired_at, retired_why"
-            " FROM claim_tokens ORDER BY issued_at, task_id").fetchall()
-    finally:
-        conn.close()
+    return raw_rows(store, "SELECT token, task_id, agent_id, issued_at, retired_at, retired_why"
+                           " FROM claim_tokens ORDER BY issued_at, task_id")
 
 
 def test_token_is_a_fresh_uuid4_recorded_in_history(store, clock):

@@ -6,6 +6,9 @@ import pytest
 
 from ferry_core.store import LeaseStore
 
+#: the SQLite file, its WAL, PRAGMAs and statements: not run against PgLeaseStore
+pytestmark = pytest.mark.sqlite_only
+
 NOW = 1_000_000
 
 

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import random
-import sqlite3
 
 import pytest
+
+from tests.ferry_core.backend import raw_rows
 
 T0 = 1_000_000
 TTL = 500
 
 
 def _row(store, name):
-    conn = sqlite3.connect(store.path)
-    try:
-        rows = conn.execute(
-            "SELECT owner, expires_at, acquired_at FROM daemon_locks WHERE name=?", (name,)
-        ).fetchall()
-    finally:
-        conn.close()
+    rows = raw_rows(store, "SELECT owner, expires_at, acquired_at FROM daemon_locks"
+                           " WHERE name=?", (name,))
     return rows[0] if rows else None
 
 

@@ -15,6 +15,7 @@ from ferry_core import (
     Salvage,
     WrongState,
 )
+from tests.ferry_core.backend import open_transaction
 
 T0 = 1_000_000
 
@@ -77,7 +78,7 @@ def test_late_fulfill_is_refused_but_kept(store, clock, offset, attempts):
     clock.set(c.lease_expires_at + offset)
     with pytest.raises(LeaseExpired):
         store.fulfill(tid, "A", c.token, {"answer": 42})
-    assert not store._conn.in_transaction
+    assert not open_transaction(store)
     v = store.get(tid)
     assert v.status == (TIMED_OUT if attempts == 1 else SUBMITTED)
     assert v.result is None

@@ -16,6 +16,9 @@ from ferry_core import (
 )
 from tests.unprivileged import shared_dir, unprivileged
 
+#: the SQLite file, its WAL, PRAGMAs and statements: not run against PgLeaseStore
+pytestmark = pytest.mark.sqlite_only
+
 T0 = 1_000_000
 
 

@@ -14,6 +14,9 @@ import pytest
 from ferry_core import LeaseStore, PermissionDenied, WrongState
 from ferry_core.types import Claim
 
+#: the SQLite file, its WAL, PRAGMAs and statements: not run against PgLeaseStore
+pytestmark = pytest.mark.sqlite_only
+
 
 def _traced(store: LeaseStore, fn) -> list[str]:
     """The statements ``fn()`` ran on the store's connection. SQLite reports a statement
