@@ -31,7 +31,7 @@ SQLITE_FIXTURES = frozenset({"db_path", "wal_size"})
 _TABLES = ("task_deps", "tasks", "claim_tokens", "salvage", "daemon_locks")
 _schema_ids = itertools.count()
 #: Postgres variants of one parametrized test in the default run (every one: --ferry-thorough)
-PG_DEFAULT_VARIANTS = 3
+PG_DEFAULT_VARIANTS = 1
 
 
 @pytest.fixture(params=BACKENDS)
