@@ -40,7 +40,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
 
 
 def run(project: pytest.Pytester, *args: str):
-    return project.runpytest_subprocess("-q", "--ferry-budget", "6", "--ferry-workers", "3",
+    return project.runpytest_subprocess("-q", "--ferry-budget", "3", "--ferry-workers", "3",
                                         "--ferry-seed", "0", "-p", "no:randomly", *args)
 
 

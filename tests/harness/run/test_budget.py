@@ -108,7 +108,7 @@ def test_a_hanging_store_fails_on_time_with_a_liveness_finding(tmp_path):
     _no_survivors(proc)
 
 
-@pytest.mark.parametrize("mode", ["stress", "schedule"])
+@pytest.mark.parametrize("mode", ["stress", pytest.param("schedule", marks=pytest.mark.thorough)])
 def test_a_ten_second_busy_timeout_store_keeps_the_budget(mode, tmp_path):
     budget = 5.0
     proc = _start("tests.variants.bearer_immediate:make_store", budget, tmp_path / "r",
@@ -123,11 +123,12 @@ def test_a_ten_second_busy_timeout_store_keeps_the_budget(mode, tmp_path):
 
 
 @pytest.mark.parametrize(("sig", "when"), [
-    pytest.param(signal.SIGTERM, 3.0, id="SIGTERM-search"),
+    pytest.param(signal.SIGTERM, 3.0, id="SIGTERM-search", marks=pytest.mark.thorough),
     pytest.param(signal.SIGTERM, 8.0, id="SIGTERM-shrink"),
     pytest.param(signal.SIGTERM, 11.0, id="SIGTERM-replay"),
     pytest.param(signal.SIGINT, 3.0, id="SIGINT-search"),
-    # SIGINT takes the same path as SIGTERM from there on: the later phases once, thoroughly
+    # SIGINT takes the same path as SIGTERM from there on: the search phase by SIGINT (Ctrl-C),
+    # the later phases by SIGTERM; the other signal in each phase runs with --ferry-thorough
     pytest.param(signal.SIGINT, 8.0, id="SIGINT-shrink", marks=pytest.mark.thorough),
     pytest.param(signal.SIGINT, 11.0, id="SIGINT-replay", marks=pytest.mark.thorough),
 ])

@@ -31,7 +31,7 @@ def test_broken_store_is_caught_with_its_invariant(factory, tmp_path, ferry_budg
     invariant, _why = BROKEN[factory]
     # a robustness finding never ends the search (PROTOCOL.md#several-findings): such a
     # store is searched for safety violations to the end of its budget, so keep it short
-    budget = 60 if invariant_kind(invariant) != "robustness" else 8
+    budget = 60 if invariant_kind(invariant) != "robustness" else 5
     outcome = run(f"tests.broken_stores:{factory}", tmp_path, budget=budget * ferry_budget)
     assert outcome.verdict == "fail", f"{factory} ({invariant}) was not caught"
     report = json.loads((tmp_path / "r" / "report.json").read_text())
