@@ -6,7 +6,7 @@ from __future__ import annotations
 
 REPLAYS = 10  # a minimal example is replayed this many times (ferry_harness.run.campaign)
 MIN_HITS = 1  # an example found without faults (a racing one replays 2/10 on a loaded machine)
-FAULT_ONLY_MIN_HITS = 1  # one found only by a kill or pause fault (where the signal lands varies)
+FAULT_ONLY_MIN_HITS = 1  # one found only by a kill fault (shrunk to aim after-commit)
 
 
 def hits(reproduced: str | None) -> int:

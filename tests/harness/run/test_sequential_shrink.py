@@ -34,8 +34,11 @@ def closed_lock(path: str, *, clock) -> ClosedLockStore:
     return ClosedLockStore(path, clock=clock)
 
 
-def _first_finding(target: str, tmp_path, budget: float):
-    cfg = CampaignConfig(target=target, budget_s=budget, seed=1, report_dir=str(tmp_path / "r"))
+def _first_finding(target: str, tmp_path, examples: int):
+    # a count, not seconds: on a loaded machine a late find would leave the shrinker too
+    # little of a time limit to try the sequential form (then it has shrink_budget_s)
+    cfg = CampaignConfig(target=target, budget_s=None, max_examples=examples, seed=1,
+                         report_dir=str(tmp_path / "r"))
     out = Campaign(cfg).run()
     assert out.verdict == "fail", f"{target} was not caught"
     return out.report.violations[0]
@@ -43,7 +46,7 @@ def _first_finding(target: str, tmp_path, budget: float):
 
 def test_a_sequential_bug_is_reported_as_sequential_and_replays_every_time(tmp_path, ferry_budget):
     v = _first_finding("tests.harness.run.test_sequential_shrink:closed_lock", tmp_path,
-                       20 * ferry_budget)
+                       int(200 * ferry_budget))
     assert v.invariant == "lease-half-open", v.message
     assert v.sequential is True, v.steps
     assert v.reproduction and "sequential" in v.reproduction
@@ -54,7 +57,7 @@ def test_a_sequential_bug_is_reported_as_sequential_and_replays_every_time(tmp_p
 
 @pytest.mark.parametrize("factory", ["check_then_act"])
 def test_a_race_is_not_reported_as_sequential(factory, tmp_path, ferry_budget):
-    v = _first_finding(f"tests.broken_stores:{factory}", tmp_path, 20 * ferry_budget)
+    v = _first_finding(f"tests.broken_stores:{factory}", tmp_path, int(200 * ferry_budget))
     assert v.invariant == "single-winner", v.message
     assert v.sequential is False
     assert "sequential" not in (v.reproduction or "")
