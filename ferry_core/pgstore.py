@@ -63,6 +63,7 @@ from .store import (
     _name,
     _non_negative_int,
     _positive_int,
+    _StoreFront,
     _to_json,
 )
 from .types import CLAIMED, SUBMITTED, Claim, ClaimStats, Salvage, TaskView
@@ -272,7 +273,7 @@ def _schema_from_uri(uri: str) -> str | None:
     return None if first.startswith("$") else first
 
 
-class PgLeaseStore:
+class PgLeaseStore(_StoreFront):
     """A leasing job store on a PostgreSQL schema, safe across processes; the same
     operations, refusals and views as ``LeaseStore`` (PROTOCOL.md#operations).
 
@@ -443,31 +444,7 @@ class PgLeaseStore:
         return (self._conn.info.transaction_status
                 != self._psycopg.pq.TransactionStatus.IDLE)
 
-    def _now(self) -> int:
-        now = self.clock()
-        if isinstance(now, bool) or not isinstance(now, int):
-            raise errors.InvalidArgument(f"clock must return int milliseconds, got {now!r}")
-        return now
-
     # ------------------------------------------------------------------ dispatch
-    def dispatch(
-        self,
-        target_agent: str | None,
-        *,
-        title: str = "",
-        payload: Any = None,
-        requester: str = "",
-        depends_on: Iterable[str] = (),
-        queue_ttl_ms: int = DEFAULT_QUEUE_TTL_MS,
-        exec_ttl_ms: int = DEFAULT_EXEC_TTL_MS,
-        max_attempts: int = 1,
-    ) -> str:
-        """Insert a SUBMITTED task and return its id. Dependencies must already exist."""
-        return self.dispatch_many(
-            [payload], target_agent=target_agent, title=title, requester=requester,
-            depends_on=depends_on, queue_ttl_ms=queue_ttl_ms, exec_ttl_ms=exec_ttl_ms,
-            max_attempts=max_attempts)[0]
-
     def dispatch_many(
         self,
         payloads: Iterable[Any],

@@ -133,7 +133,38 @@ def _check_openable(path: str) -> None:
         )
 
 
-class LeaseStore:
+class _StoreFront:
+    """What the SQLite and the PostgreSQL store share word for word: the clock's check and
+    ``dispatch`` of one task, which is the subclass's ``dispatch_many`` of one payload."""
+
+    clock: Clock
+
+    def _now(self) -> int:
+        now = self.clock()
+        if isinstance(now, bool) or not isinstance(now, int):
+            raise errors.InvalidArgument(f"clock must return int milliseconds, got {now!r}")
+        return now
+
+    def dispatch(
+        self,
+        target_agent: str | None,
+        *,
+        title: str = "",
+        payload: Any = None,
+        requester: str = "",
+        depends_on: Iterable[str] = (),
+        queue_ttl_ms: int = DEFAULT_QUEUE_TTL_MS,
+        exec_ttl_ms: int = DEFAULT_EXEC_TTL_MS,
+        max_attempts: int = 1,
+    ) -> str:
+        """Insert a SUBMITTED task and return its id. Dependencies must already exist."""
+        return self.dispatch_many(
+            [payload], target_agent=target_agent, title=title, requester=requester,
+            depends_on=depends_on, queue_ttl_ms=queue_ttl_ms, exec_ttl_ms=exec_ttl_ms,
+            max_attempts=max_attempts)[0]
+
+
+class LeaseStore(_StoreFront):
     """A leasing job store on one SQLite WAL file, safe across processes.
 
     Construct one per process (or thread); every instance opens its own connection.
@@ -379,31 +410,7 @@ class LeaseStore:
         except (OSError, sqlite3.Error):
             self._reset_pending = True  # busy: another process is checkpointing; soon again
 
-    def _now(self) -> int:
-        now = self.clock()
-        if isinstance(now, bool) or not isinstance(now, int):
-            raise errors.InvalidArgument(f"clock must return int milliseconds, got {now!r}")
-        return now
-
     # ------------------------------------------------------------------ dispatch
-    def dispatch(
-        self,
-        target_agent: str | None,
-        *,
-        title: str = "",
-        payload: Any = None,
-        requester: str = "",
-        depends_on: Iterable[str] = (),
-        queue_ttl_ms: int = DEFAULT_QUEUE_TTL_MS,
-        exec_ttl_ms: int = DEFAULT_EXEC_TTL_MS,
-        max_attempts: int = 1,
-    ) -> str:
-        """Insert a SUBMITTED task and return its id. Dependencies must already exist."""
-        return self.dispatch_many(
-            [payload], target_agent=target_agent, title=title, requester=requester,
-            depends_on=depends_on, queue_ttl_ms=queue_ttl_ms, exec_ttl_ms=exec_ttl_ms,
-            max_attempts=max_attempts)[0]
-
     def dispatch_many(
         self,
         payloads: Iterable[Any],
@@ -1068,6 +1075,19 @@ class LeaseStore:
         return [Salvage(t, a, k, _from_json(d), c) for t, a, k, d, c in rows]
 
     # ------------------------------------------------------------------ daemon locks
+    # the lock's one UPSERT: it updates only an expired lock or our own (the WHERE)
+    _ACQUIRE_LOCK_SQL = (
+        "INSERT INTO daemon_locks(name, owner, expires_at, acquired_at)"
+        " VALUES (:name, :owner, :now + :ttl, :now)"
+        " ON CONFLICT(name) DO UPDATE SET owner=excluded.owner,"
+        "  expires_at=excluded.expires_at,"
+        "  acquired_at=CASE WHEN daemon_locks.owner = excluded.owner"
+        "   AND daemon_locks.expires_at > :now THEN daemon_locks.acquired_at"
+        "   ELSE excluded.acquired_at END"
+        " WHERE daemon_locks.expires_at <= :now OR daemon_locks.owner = excluded.owner"
+        " RETURNING owner"
+    )
+
     def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
         """Take (or renew) a named lock held on [now, now + ttl_ms); one UPSERT (PROTOCOL.md#sqlite-rules)."""
         _name("lock name", name)
@@ -1075,17 +1095,7 @@ class LeaseStore:
         _positive_int("ttl_ms", ttl_ms)
         now = self._now()
         rows = self._busy.run(lambda: self._rows(
-            "INSERT INTO daemon_locks(name, owner, expires_at, acquired_at)"
-            " VALUES (:name, :owner, :now + :ttl, :now)"
-            " ON CONFLICT(name) DO UPDATE SET owner=excluded.owner,"
-            "  expires_at=excluded.expires_at,"
-            "  acquired_at=CASE WHEN daemon_locks.owner = excluded.owner"
-            "   AND daemon_locks.expires_at > :now THEN daemon_locks.acquired_at"
-            "   ELSE excluded.acquired_at END"
-            " WHERE daemon_locks.expires_at <= :now OR daemon_locks.owner = excluded.owner"
-            " RETURNING owner",
-            {"name": name, "owner": owner, "now": now, "ttl": ttl_ms},
-        ))
+            self._ACQUIRE_LOCK_SQL, {"name": name, "owner": owner, "now": now, "ttl": ttl_ms}))
         return len(rows) == 1
 
     def release_lock(self, name: str, owner: str) -> bool:

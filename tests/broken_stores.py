@@ -293,24 +293,8 @@ class UnconditionalLockStore(LeaseStore):
     silently steals an unexpired lock. Invariant: ``lock-exclusive``.
     """
 
-    def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
-        _name("lock name", name)
-        _name("owner", owner)
-        _positive_int("ttl_ms", ttl_ms)
-        now = self._now()
-        rows = self._busy.run(lambda: self._rows(
-            "INSERT INTO daemon_locks(name, owner, expires_at, acquired_at)"
-            " VALUES (:name, :owner, :now + :ttl, :now)"
-            " ON CONFLICT(name) DO UPDATE SET owner=excluded.owner,"
-            "  expires_at=excluded.expires_at,"
-            "  acquired_at=CASE WHEN daemon_locks.owner = excluded.owner"
-            "   AND daemon_locks.expires_at > :now THEN daemon_locks.acquired_at"
-            "   ELSE excluded.acquired_at END"
-            # BUG: missing " WHERE daemon_locks.expires_at <= :now OR daemon_locks.owner = excluded.owner"
-            " RETURNING owner",
-            {"name": name, "owner": owner, "now": now, "ttl": ttl_ms},
-        ))
-        return len(rows) == 1
+    _ACQUIRE_LOCK_SQL = LeaseStore._ACQUIRE_LOCK_SQL.replace(
+        " WHERE daemon_locks.expires_at <= :now OR daemon_locks.owner = excluded.owner", "")  # BUG
 
 
 def unconditional_lock(path: str, *, clock) -> UnconditionalLockStore:

@@ -15,19 +15,8 @@ class ClosedLockStore(LeaseStore):
     """BUG: the daemon lock's take-over condition is ``expires_at < now``: at exactly
     ``expires_at`` nobody may take the lock (the boundary is closed). One call shows it."""
 
-    def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
-        now = self._now()
-        rows = self._busy.run(lambda: self._rows(
-            "INSERT INTO daemon_locks(name, owner, expires_at, acquired_at)"
-            " VALUES (:name, :owner, :now + :ttl, :now)"
-            " ON CONFLICT(name) DO UPDATE SET owner=excluded.owner, expires_at=excluded.expires_at,"
-            "  acquired_at=CASE WHEN daemon_locks.owner = excluded.owner"
-            "   AND daemon_locks.expires_at > :now THEN daemon_locks.acquired_at"
-            "   ELSE excluded.acquired_at END"
-            " WHERE daemon_locks.expires_at < :now OR daemon_locks.owner = excluded.owner"  # BUG
-            " RETURNING owner",
-            {"name": name, "owner": owner, "now": now, "ttl": ttl_ms}))
-        return len(rows) == 1
+    _ACQUIRE_LOCK_SQL = LeaseStore._ACQUIRE_LOCK_SQL.replace(
+        "WHERE daemon_locks.expires_at <= :now", "WHERE daemon_locks.expires_at < :now")  # BUG
 
 
 def closed_lock(path: str, *, clock) -> ClosedLockStore:
