@@ -79,6 +79,19 @@ def test_a_lost_late_result_is_caught():
     assert v.invariant == "no-lost-task" and "lost a late_result" in v.message
 
 
+def test_a_late_result_that_is_no_json_need_not_be_kept():
+    """The configurable store checks the lease before the arguments (refusal order is free):
+    a late fulfill of a non-JSON result is refused LeaseExpired, and there is no valid result
+    to keep (PROTOCOL.md#late-results; found by the covering matrix, combo_00)."""
+    rec = Recorder()
+    rec.dispatch()
+    rec.claim("alice", TOKEN_A)
+    rec.op("fulfill", "alice", {"task_id": "t1", "token": TOKEN_A, "result": {1, 2}},
+           now=T0 + 50, type=FAIL, error="LeaseExpired")
+    rec.op("salvaged", "auditor", {"task_id": "t1"}, now=T0 + 50, value=[])
+    assert check(rec) == []
+
+
 def test_an_entry_written_by_a_refused_call_is_caught():
     rec = Recorder()
     rec.dispatch()
