@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import time
+
+import multiprocess
 
 
 def children_of(pid: int) -> list[int]:
@@ -32,3 +35,15 @@ def group_members(pgid: int) -> list[int]:
         if fields and int(fields[3]) == pgid and fields[0] != "Z":
             out.append(int(entry))
     return out
+
+
+def assert_no_children_left(before: set[int]) -> None:
+    """Within 5 s, this process has no children but those in ``before`` (a bench or a
+    run must reap every worker it started, even on failure)."""
+    deadline = time.monotonic() + 5
+    while True:
+        left = set(children_of(os.getpid())) - before
+        if not left and not multiprocess.active_children():
+            return
+        assert time.monotonic() < deadline, f"processes left behind: {sorted(left)}"
+        time.sleep(0.05)

@@ -8,7 +8,9 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
+from contextlib import nullcontext
 
+from ferry_harness.runtime.pgserver import pg_server
 from ferry_harness.runtime.target import DEFAULT_TARGET
 from ferry_harness.tools.bench.ceiling import (
     CEILING_SAMPLES,
@@ -62,6 +64,12 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
                 notes.append(f"{spec} fixes claim_strategy={tgt.fixed_strategy!r}; "
                              "--strategy is ignored")
             t_strategies = [tgt.fixed_strategy]
+        elif tgt.backend == "postgres":
+            notes.append(f"{spec} is a Postgres target: each run in a fresh schema of one "
+                         "server (a throwaway cluster, or $FERRY_PG_URI); measured as it is "
+                         "(strategy/busy_policy 'as-is'), with no -wal and no ratio to the "
+                         "SQLite ceilings; CPU used counts the workers, not the server")
+            t_strategies, t_policies = [AS_IS], [AS_IS]
         elif not tgt.ferry_core:
             notes.append(f"{spec} is not ferry_core: --strategy and --busy-policy do not apply; "
                          "the store is measured as it is (strategy/busy_policy 'as-is')")
@@ -70,117 +78,124 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
     all_strategies = list(dict.fromkeys(s for _, s, _ in variants))
     all_policies = list(dict.fromkeys(p for _, _, p in variants))
     base = tempfile.mkdtemp(prefix="ferry-bench-", dir=db_dir)
+    # a Postgres target: one server for the whole bench (a throwaway cluster, or
+    # $FERRY_PG_URI), each of its runs in a fresh schema
+    server = (pg_server() if any(t.backend == "postgres" for t, _, _ in variants)
+              else nullcontext(None))
     try:
-        machine = machine_info(base)
-        samples: list[float] = []
+        with server as pg_uri:
+            machine = machine_info(base)
+            samples: list[float] = []
 
-        def ceiling_sample(phase: str) -> list[float]:
-            got = []
-            for _ in range(ceiling_samples):
-                if progress:
-                    progress({"phase": "ceiling", "label": phase, "done": 0, "tasks": 0})
-                got.append(measure_ceiling(base, ceiling_updates))
-            samples.extend(got)
-            return got
-
-        before = ceiling_sample("before")
-        any_core = any(t.ferry_core for t, _, _ in variants)
-        claim_update = measure_store_claim_update(base, ceiling_updates) if any_core else None
-        # the same-SQL ceiling: ferry_core's own lifecycle statements, replayed bare at every
-        # worker count, right before that count's runs in every repetition
-        lifecycle_sql = capture_lifecycle_sql(base) if any_core else None
-        same_sql_runs: list[SameSqlRun] = []
-        runs: list[RunRecord] = []
-        combos = [(w, v) for w in workers for v in variants]
-        total = len(combos) * repeat
-        for rep in range(repeat):
-            rep_runs = []
-            rep_same: dict[int, float] = {}
-            for i, (w, (tgt, s, p)) in enumerate(combos):
-                index = rep * len(combos) + i
-                if lifecycle_sql is not None and w not in rep_same:
+            def ceiling_sample(phase: str) -> list[float]:
+                got = []
+                for _ in range(ceiling_samples):
                     if progress:
-                        progress({"phase": "ceiling", "label": f"same SQL, {w}w", "done": 0,
-                                  "tasks": 0})
-                    same = measure_same_sql(base, w, tasks, lifecycle_sql, timeout_s=timeout_s)
-                    same["rep"] = rep + 1
-                    same_sql_runs.append(same)
-                    rep_same[w] = same["lifecycles_per_s"]
-                label = variant_label(tgt.spec, s, p, multi)
-                if progress:
-                    progress({"phase": "run", "label": f"{w}w {label}", "index": index,
-                              "total": total, "done": 0, "tasks": tasks})
-                record = run_one(tgt, w, s, p, tasks, base, timeout_s=timeout_s,
-                                 progress=progress)
-                record["rep"] = rep + 1
-                record["label"] = label
-                rep_runs.append(record)
-                if progress:
-                    progress({"phase": "result", "record": record, "index": index,
-                              "total": total})
-            after = ceiling_sample("after" if rep == repeat - 1 else f"after run {rep + 1}")
-            rep_ceiling = max(before + after)  # the samples right before and after it
-            for r in rep_runs:
-                r["ceiling"] = rep_ceiling
-                r["ceiling_ratio"] = r["claims_per_s"] / rep_ceiling if rep_ceiling else 0.0
-                r["raw_half"] = rep_ceiling / 2  # a lifecycle is at least two such writes
-                r["lifecycle_ratio"] = (r["lifecycles_per_s"] / r["raw_half"]
-                                        if rep_ceiling else 0.0)
-                same = rep_same.get(r["workers"], 0.0)
-                if same and _is_ferry_core(r):
-                    r["same_sql_per_s"] = same
-                    r["same_sql_ratio"] = r["lifecycles_per_s"] / same
-                solo = next((q for q in rep_runs if q["workers"] == 1
-                             and q["label"] == r["label"]), None)
-                if solo and solo["lifecycles_per_s"]:  # scaling within this repetition
-                    r["vs_1_worker"] = r["lifecycles_per_s"] / solo["lifecycles_per_s"]
-            runs.extend(rep_runs)
-            before = after
-        best = max(samples)
-        machine["loadavg_end"] = list(os.getloadavg())
-        ceiling = {
-            "updates_per_s": best,
-            "raw_half_per_s": best / 2,
-            "samples_per_s": samples,
-            "statement": CEILING_STATEMENT,
-            "method": (f"single process, autocommit (one statement per transaction), WAL + "
-                       f"synchronous=NORMAL, {ceiling_updates} distinct rows per sample, "
-                       f"{ceiling_samples} samples before the matrix and after each repetition; "
-                       "a run is compared with the best sample taken right before or after "
-                       "its repetition, this field is the best of all; raw/2 is the lifecycle "
-                       "ceiling (a claim and a fulfill are at least two such writes)"),
-        }
-        if lifecycle_sql is not None:
-            by_w: dict[str, list[float]] = {}
-            for q in same_sql_runs:
-                by_w.setdefault(str(q["workers"]), []).append(q["lifecycles_per_s"])
-            ceiling["same_sql"] = {
-                "by_workers": by_w, "runs": same_sql_runs,
-                "poll": list(lifecycle_sql.poll), "fulfill": list(lifecycle_sql.fulfill),
-                "trace_events": list(lifecycle_sql.events),
-                "settings": dict(lifecycle_sql.settings),
-                "method": ("ferry_core's own SQL: the statements of a busy poll_next (the "
-                           "claiming UPDATE; its trigger writes the token history) and of "
-                           "the fulfill, traced from the store and replayed by W bare "
-                           "processes (sqlite3 only: SQLite's own busy handler with "
-                           "busy_timeout=5000 ms, the store's connection settings and SQL "
-                           "function, SQLite's automatic checkpoint) from one barrier on "
-                           "the same tasks, right before the runs at W workers in every "
-                           "repetition; same_sql_ratio = a run's lifecycles/s over that "
-                           "repetition's sample at its worker count"),
+                        progress({"phase": "ceiling", "label": phase, "done": 0, "tasks": 0})
+                    got.append(measure_ceiling(base, ceiling_updates))
+                samples.extend(got)
+                return got
+
+            before = ceiling_sample("before")
+            any_core = any(t.ferry_core for t, _, _ in variants)
+            claim_update = measure_store_claim_update(base, ceiling_updates) if any_core else None
+            # the same-SQL ceiling: ferry_core's own lifecycle statements, replayed bare at every
+            # worker count, right before that count's runs in every repetition
+            lifecycle_sql = capture_lifecycle_sql(base) if any_core else None
+            same_sql_runs: list[SameSqlRun] = []
+            runs: list[RunRecord] = []
+            combos = [(w, v) for w in workers for v in variants]
+            total = len(combos) * repeat
+            for rep in range(repeat):
+                rep_runs = []
+                rep_same: dict[int, float] = {}
+                for i, (w, (tgt, s, p)) in enumerate(combos):
+                    index = rep * len(combos) + i
+                    if lifecycle_sql is not None and w not in rep_same:
+                        if progress:
+                            progress({"phase": "ceiling", "label": f"same SQL, {w}w", "done": 0,
+                                      "tasks": 0})
+                        same = measure_same_sql(base, w, tasks, lifecycle_sql, timeout_s=timeout_s)
+                        same["rep"] = rep + 1
+                        same_sql_runs.append(same)
+                        rep_same[w] = same["lifecycles_per_s"]
+                    label = variant_label(tgt.spec, s, p, multi)
+                    if progress:
+                        progress({"phase": "run", "label": f"{w}w {label}", "index": index,
+                                  "total": total, "done": 0, "tasks": tasks})
+                    record = run_one(tgt, w, s, p, tasks, base, timeout_s=timeout_s,
+                                     progress=progress, pg_uri=pg_uri)
+                    record["rep"] = rep + 1
+                    record["label"] = label
+                    rep_runs.append(record)
+                    if progress:
+                        progress({"phase": "result", "record": record, "index": index,
+                                  "total": total})
+                after = ceiling_sample("after" if rep == repeat - 1 else f"after run {rep + 1}")
+                rep_ceiling = max(before + after)  # the samples right before and after it
+                for r in rep_runs:
+                    solo = next((q for q in rep_runs if q["workers"] == 1
+                                 and q["label"] == r["label"]), None)
+                    if solo and solo["lifecycles_per_s"]:  # scaling within this repetition
+                        r["vs_1_worker"] = r["lifecycles_per_s"] / solo["lifecycles_per_s"]
+                    if r.get("backend") == "postgres":
+                        continue  # the ceilings are SQLite writes: no ratio to them
+                    r["ceiling"] = rep_ceiling
+                    r["ceiling_ratio"] = r["claims_per_s"] / rep_ceiling if rep_ceiling else 0.0
+                    r["raw_half"] = rep_ceiling / 2  # a lifecycle is at least two such writes
+                    r["lifecycle_ratio"] = (r["lifecycles_per_s"] / r["raw_half"]
+                                            if rep_ceiling else 0.0)
+                    same = rep_same.get(r["workers"], 0.0)
+                    if same and _is_ferry_core(r):
+                        r["same_sql_per_s"] = same
+                        r["same_sql_ratio"] = r["lifecycles_per_s"] / same
+                runs.extend(rep_runs)
+                before = after
+            best = max(samples)
+            machine["loadavg_end"] = list(os.getloadavg())
+            ceiling = {
+                "updates_per_s": best,
+                "raw_half_per_s": best / 2,
+                "samples_per_s": samples,
+                "statement": CEILING_STATEMENT,
+                "method": (f"single process, autocommit (one statement per transaction), WAL + "
+                           f"synchronous=NORMAL, {ceiling_updates} distinct rows per sample, "
+                           f"{ceiling_samples} samples before the matrix and after each repetition; "
+                           "a run is compared with the best sample taken right before or after "
+                           "its repetition, this field is the best of all; raw/2 is the lifecycle "
+                           "ceiling (a claim and a fulfill are at least two such writes)"),
             }
-        if claim_update is not None:
-            ceiling["ferry_core_claim_update_per_s"] = claim_update
-            ceiling["ferry_core_claim_update_note"] = (
-                "ferry_core's own claiming UPDATE (token-history trigger, partial indexes) in "
-                "the same single-process autocommit loop, without pick or sweep")
-        return {
-            "target": ",".join(specs), "targets": specs, "ferry_core": any_core,
-            "tasks": tasks, "repeat": repeat,
-            "workers": list(workers), "strategies": all_strategies,
-            "busy_policies": all_policies, "runs": runs, "ceiling": ceiling,
-            "machine": machine, "goal": goal_check(runs), "notes": notes,
-        }
+            if lifecycle_sql is not None:
+                by_w: dict[str, list[float]] = {}
+                for q in same_sql_runs:
+                    by_w.setdefault(str(q["workers"]), []).append(q["lifecycles_per_s"])
+                ceiling["same_sql"] = {
+                    "by_workers": by_w, "runs": same_sql_runs,
+                    "poll": list(lifecycle_sql.poll), "fulfill": list(lifecycle_sql.fulfill),
+                    "trace_events": list(lifecycle_sql.events),
+                    "settings": dict(lifecycle_sql.settings),
+                    "method": ("ferry_core's own SQL: the statements of a busy poll_next (the "
+                               "claiming UPDATE; its trigger writes the token history) and of "
+                               "the fulfill, traced from the store and replayed by W bare "
+                               "processes (sqlite3 only: SQLite's own busy handler with "
+                               "busy_timeout=5000 ms, the store's connection settings and SQL "
+                               "function, SQLite's automatic checkpoint) from one barrier on "
+                               "the same tasks, right before the runs at W workers in every "
+                               "repetition; same_sql_ratio = a run's lifecycles/s over that "
+                               "repetition's sample at its worker count"),
+                }
+            if claim_update is not None:
+                ceiling["ferry_core_claim_update_per_s"] = claim_update
+                ceiling["ferry_core_claim_update_note"] = (
+                    "ferry_core's own claiming UPDATE (token-history trigger, partial indexes) in "
+                    "the same single-process autocommit loop, without pick or sweep")
+            return {
+                "target": ",".join(specs), "targets": specs, "ferry_core": any_core,
+                "tasks": tasks, "repeat": repeat,
+                "workers": list(workers), "strategies": all_strategies,
+                "busy_policies": all_policies, "runs": runs, "ceiling": ceiling,
+                "machine": machine, "goal": goal_check(runs), "notes": notes,
+            }
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -205,7 +220,7 @@ def goal_check(runs: list[RunRecord]) -> list[GoalRow]:
     out = []
     for r in runs:
         goal = GOAL_BY_WORKERS.get(r["workers"])
-        if goal is None or r.get("error"):
+        if goal is None or r.get("error") or r.get("backend") == "postgres":
             continue
         lat = r["latency_ms"]
         value = {"lifecycle_ratio": r.get("lifecycle_ratio", 0.0), "p99_ms": lat["p99"],

@@ -84,6 +84,10 @@ class RunRecord(TypedDict, total=False):
     voluntary_switches: int
     error: str | None
     target: str
+    #: "sqlite" or "postgres" (a schema of a server: no ``-wal``, so the ``wal_bytes`` are
+    #: 0, and no ratio to the SQLite ceilings: ``ceiling*``, ``raw_half``,
+    #: ``lifecycle_ratio`` and ``same_sql_*`` are left out)
+    backend: str
     verified: Verified
     rep: int
     label: str

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.tools.bench.ceiling import same_sql_line
-from ferry_harness.tools.bench.records import BenchResult, GoalRow
+from ferry_harness.tools.bench.records import BenchResult, GoalRow, RunRecord
 from ferry_harness.tools.bench.targets import ferry_core_only, short_name
 
 MIB = 1 << 20
@@ -43,14 +43,20 @@ def summary_table(result: BenchResult) -> list[str]:
             (f"| {r.get('rep', 1)} " if reps else "")
             + (f"| {short_name(r.get('target', ''))} " if multi else "")
             + f"| {r['workers']} | {r['strategy']} | {r['busy_policy']}{err} | "
-            f"{_fmt_rate(r['claims_per_s'])} | {r.get('ceiling_ratio', 0):.3f} | "
-            f"{_fmt_rate(r['lifecycles_per_s'])} | {r.get('lifecycle_ratio', 0):.2f} | "
+            f"{_fmt_rate(r['claims_per_s'])} | {_opt(r, 'ceiling_ratio', '.3f')} | "
+            f"{_fmt_rate(r['lifecycles_per_s'])} | {_opt(r, 'lifecycle_ratio', '.2f')} | "
             f"{lat['p50']:.2f} | {lat['p99']:.2f} | "
             f"{lat['p999']:.2f} | {lat['max']:.2f} | {r['cas_miss_ratio']:.3f} | "
             f"{r['busy_errors']} | {r['jain_fairness']:.3f} | {once} | "
-            f"{r['wal_bytes'] / MIB:,.1f} | "
-            f"{r['wal_bytes_max'] / MIB:,.1f} | {r.get('cpu_util', 0):.0%} |")
+            + (f"{r['wal_bytes'] / MIB:,.1f} | {r['wal_bytes_max'] / MIB:,.1f} | "
+               if r.get("backend") != "postgres" else "— | — | ")
+            + f"{r.get('cpu_util', 0):.0%} |")
     return lines
+
+
+def _opt(run: RunRecord, key: str, fmt: str) -> str:
+    """A ratio to the SQLite ceilings, or "—" for a run that has none (a Postgres run)."""
+    return format(run[key], fmt) if key in run else "—"
 
 
 def _spread(values: list[float], fmt: str) -> str:
@@ -77,8 +83,9 @@ def compare_table(result: BenchResult) -> list[str]:
         cells = []
         for w in ws:
             at = [r for r in mine if r["workers"] == w]
-            cells.append(f"{_spread([r['lifecycles_per_s'] for r in at], ',.0f')} "
-                         f"({_spread([r.get('lifecycle_ratio', 0) for r in at], '.2f')})"
+            ratios = [r["lifecycle_ratio"] for r in at if "lifecycle_ratio" in r]
+            cells.append(f"{_spread([r['lifecycles_per_s'] for r in at], ',.0f')}"
+                         + (f" ({_spread(ratios, '.2f')})" if ratios else "")
                          if at else "—")
         tail = [r for r in mine if r["workers"] == tail_w]
         if tail:
@@ -144,11 +151,12 @@ def findings(result: BenchResult) -> list[str]:
             f"{worst['latency_ms']['p999']:.1f} ms / max {worst['latency_ms']['max']:.1f} ms "
             f"({worst['strategy']}/{worst['busy_policy']}): that much comes from the machine "
             "(scheduling, other jobs, the file system), not from contention.")
-        best = max(r["ceiling_ratio"] for r in solo)
-        out.append(
-            f"The best single-worker run reaches {best:.3f} × the raw ceiling: one lifecycle is "
-            "two write transactions (claim, fulfill) of several statements each, against one "
-            "one-row UPDATE per transaction for the ceiling.")
+        best = max((r["ceiling_ratio"] for r in solo if "ceiling_ratio" in r), default=None)
+        if best is not None:  # a SQLite run (a Postgres run has no ratio to that ceiling)
+            out.append(
+                f"The best single-worker run reaches {best:.3f} × the raw ceiling: one lifecycle "
+                "is two write transactions (claim, fulfill) of several statements each, against "
+                "one one-row UPDATE per transaction for the ceiling.")
     util = sorted(r.get("cpu_util", 0) for r in runs if r["workers"] >= result["machine"]["cpus_usable"])
     if util:
         med = util[len(util) // 2]

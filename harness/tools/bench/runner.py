@@ -16,7 +16,9 @@ from typing import Any
 
 import multiprocess as mp
 
-from ferry_core import LeaseStore
+from ferry_core import LeaseStore, PgLeaseStore
+from ferry_harness.errors import BenchUsageError
+from ferry_harness.runtime.pgserver import schema_uri
 from ferry_harness.tools.bench.machine import usable_cpus
 from ferry_harness.tools.bench.records import DbVerified, ProgressEvent, RunRecord, Verified
 from ferry_harness.tools.bench.stats import jain, latency_histogram, latency_summary
@@ -40,7 +42,7 @@ def dispatch_tasks(store: Any, n: int, tick: Callable[[int], None]) -> None:
     """Fill the queue with ``n`` ready tasks through the store's own public API
     (ferry_core: one ``dispatch_many`` transaction); ``tick(done)`` reports progress."""
     payloads = [{"n": i} for i in range(n)]
-    if isinstance(store, LeaseStore):
+    if isinstance(store, (LeaseStore, PgLeaseStore)):
         store.dispatch_many(payloads, requester="bench", queue_ttl_ms=_QUEUE_TTL_MS,
                             exec_ttl_ms=_EXEC_TTL_MS)
         tick(n)
@@ -90,10 +92,20 @@ def _ns_array(data: bytes) -> array:
 
 def run_one(target: Target, workers: int, strategy: str, policy: str, tasks: int,
             workdir: str, *, timeout_s: float = 600.0, stall_s: float = STALL_S,
-            progress: Progress | None = None) -> RunRecord:
-    """Dispatch ``tasks``, drain them with ``workers`` processes, return the run's record."""
+            progress: Progress | None = None, pg_uri: str | None = None) -> RunRecord:
+    """Dispatch ``tasks``, drain them with ``workers`` processes, return the run's record.
+
+    A Postgres target (``target.backend``) gets a fresh schema of the server at ``pg_uri``
+    instead of a database file, dropped after the run; it has no ``-wal`` to measure."""
     run_dir = tempfile.mkdtemp(prefix=f"w{workers}-", dir=workdir)
-    path = os.path.join(run_dir, "bench.db")
+    pg = target.backend == "postgres"
+    if pg:
+        if not pg_uri:
+            raise BenchUsageError(f"{target.spec} is a Postgres target: it needs a server")
+        schema = f"bench_{os.getpid()}_{os.path.basename(run_dir).replace('-', '_')}"
+        path = schema_uri(pg_uri, schema)
+    else:
+        path = os.path.join(run_dir, "bench.db")
     label = f"{workers}w {strategy}/{policy}"
 
     def tick(done: int) -> None:
@@ -150,11 +162,11 @@ def run_one(target: Target, workers: int, strategy: str, policy: str, tasks: int
                     results[slot] = conn.recv()
                 except (EOFError, OSError):
                     error = error or f"worker {slot} died during the run"
-            wal_max = max(wal_max, _wal_size(path))
+            wal_max = 0 if pg else max(wal_max, _wal_size(path))
             if progress:
                 progress({"phase": "drain", "label": label, "done": sum(counts), "tasks": tasks,
                           "elapsed": time.monotonic() - t_go})
-        wal_end = _wal_size(path)
+        wal_end = 0 if pg else _wal_size(path)
         wal_max = max(wal_max, wal_end)
     finally:
         shared.stop.value = 1
@@ -171,12 +183,21 @@ def run_one(target: Target, workers: int, strategy: str, policy: str, tasks: int
     record = _summarise(results, workers=workers, strategy=strategy, policy=policy,
                         tasks=tasks, wal_end=wal_end, wal_max=wal_max, error=error)
     record["target"] = target.spec
+    record["backend"] = target.backend
     record["verified"] = verify_delivery(results, tasks)
-    if target.ferry_core and not record.get("error"):
-        db = _verify_ferry_core(path, tasks)
-        record["verified"] = {**record["verified"], **{f"db_{k}": v for k, v in db.items()},
-                              "ok": record["verified"]["ok"] and db["ok"]}
-    shutil.rmtree(run_dir, ignore_errors=True)
+    try:
+        db = None
+        if target.ferry_core and not record.get("error"):
+            db = _verify_ferry_core(path, tasks)
+        elif target.counts_claims and pg and not record.get("error"):
+            db = verify_pg_lease_store(pg_uri or "", schema, tasks)
+        if db is not None:
+            record["verified"] = {**record["verified"], **{f"db_{k}": v for k, v in db.items()},
+                                  "ok": record["verified"]["ok"] and db["ok"]}
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if pg:
+            _drop_schema(pg_uri or "", schema)
     return record
 
 
@@ -215,6 +236,32 @@ def _verify_ferry_core(path: str, tasks: int) -> DbVerified:
         conn.close()
     ok = completed == total == tasks and tokens[0] == tokens[1] == tasks
     return {"ok": ok, "completed": completed, "tasks_in_db": total, "tokens_issued": tokens[0]}
+
+
+def verify_pg_lease_store(uri: str, schema: str, tasks: int) -> DbVerified:
+    """``_verify_ferry_core`` for ``PgLeaseStore``: the same two tables, in ``schema``."""
+    import psycopg  # a Postgres target was opened, so psycopg is there
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        q = f'"{schema}"'
+        completed = conn.execute(
+            f"SELECT count(*) FROM {q}.tasks WHERE status='COMPLETED'").fetchall()[0][0]
+        total = conn.execute(f"SELECT count(*) FROM {q}.tasks").fetchall()[0][0]
+        tokens = conn.execute(
+            f"SELECT count(*), count(DISTINCT task_id) FROM {q}.claim_tokens").fetchall()[0]
+    ok = completed == total == tasks and tokens[0] == tokens[1] == tasks
+    return {"ok": ok, "completed": completed, "tasks_in_db": total, "tokens_issued": tokens[0]}
+
+
+def _drop_schema(uri: str, schema: str) -> None:
+    """Remove a run's schema (nothing is kept between runs, as with a run's database file)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    except psycopg.Error:
+        pass  # the server is thrown away with the bench, or the caller's: best effort
 
 
 def _summarise(results: Mapping[int, WorkerResult], *, workers: int, strategy: str,

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ferry_core import LeaseStore, SystemClock, cas_store, immediate_store
+from ferry_core import LeaseStore, PgLeaseStore, SystemClock, cas_store, immediate_store
 from ferry_harness.errors import BenchUsageError
 from ferry_harness.runtime.target import load_factory
 from ferry_harness.tools.bench.records import BenchResult
@@ -29,6 +29,12 @@ class Target:
     ferry_core: bool
     #: the claim strategy a ferry_core factory fixes (``cas_store``, ``immediate_store``)
     fixed_strategy: str | None = None
+    #: "sqlite" (a database file per run) or "postgres" (a schema per run on a server,
+    #: the factory called with its libpq URI): a factory says so with
+    #: ``ferry_backend = "postgres"`` (PROTOCOL.md#postgres-targets)
+    backend: str = "sqlite"
+    #: the store counts its claim attempts (``claim_stats()``, as ferry_core's two stores do)
+    counts_claims: bool = False
 
     def make(self, path: str, strategy: str, policy: str) -> Any:
         """Open the store on ``path`` (ferry_core: with this strategy and busy policy)."""
@@ -43,11 +49,15 @@ def resolve_target(spec: str) -> Target:
     """Import ``module:factory``; a bad spec raises TargetError (one line, exit 2)."""
     factory = load_factory(spec)
     if factory is LeaseStore:
-        return Target(spec=spec, factory=factory, ferry_core=True)
+        return Target(spec=spec, factory=factory, ferry_core=True, counts_claims=True)
     fixed = {cas_store: "cas", immediate_store: "immediate"}.get(factory)
     if fixed is not None:
-        return Target(spec=spec, factory=factory, ferry_core=True, fixed_strategy=fixed)
-    return Target(spec=spec, factory=factory, ferry_core=False)
+        return Target(spec=spec, factory=factory, ferry_core=True, fixed_strategy=fixed,
+                      counts_claims=True)
+    backend = "postgres" if (factory is PgLeaseStore or getattr(
+        factory, "ferry_backend", "sqlite") == "postgres") else "sqlite"
+    return Target(spec=spec, factory=factory, ferry_core=False, backend=backend,
+                  counts_claims=factory is PgLeaseStore)
 
 
 def split_targets(target: str | Sequence[str]) -> list[str]:
@@ -77,7 +87,9 @@ def variant_label(spec: str, strategy: str, policy: str, multi: bool) -> str:
 
 
 def ferry_core_only(result: BenchResult) -> bool:
-    """Whether a bench result measured only ferry_core: the project's own benchmark, the one
-    its goal (issue 19) and goal lines are about. Another store's bench stays quiet on them."""
+    """Whether a bench result measured only ferry_core on SQLite: the project's own benchmark,
+    the one its goal (issue 19) and goal lines are about (their ceilings are SQLite writes).
+    Another store's bench, or one with a Postgres run, stays quiet on them."""
     specs = result.get("targets") or [result.get("target", "")]
-    return all(short_name(str(s)).startswith("ferry_core") for s in specs)
+    return all(short_name(str(s)).startswith("ferry_core") for s in specs) and not any(
+        r.get("backend") == "postgres" for r in result.get("runs", ()))

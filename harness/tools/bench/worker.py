@@ -244,7 +244,7 @@ def drain(p: WorkerParams, sh: WorkerShared, out: Any) -> None:
         t.error = f"{type(exc).__name__}: {exc}"
     if ru0 is not None:
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
-    stats = store.claim_stats() if (p.target.ferry_core and store is not None) else None
+    stats = store.claim_stats() if (p.target.counts_claims and store is not None) else None
     res = WorkerResult(
         slot=p.slot, error=t.error, claims=t.claims, fulfilled=t.fulfilled,
         busy_errors=t.busy, polls=t.polls, poll_misses=t.poll_misses, errors=t.errors,

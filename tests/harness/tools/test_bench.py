@@ -7,7 +7,6 @@ import os
 import sys
 import time
 
-import multiprocess
 import pytest
 
 from ferry_core import LeaseStore
@@ -16,7 +15,7 @@ from ferry_harness.errors import TargetError, UsageError
 from ferry_harness.tools.bench import matrix, records, report, runner, stats
 from ferry_harness.tools.bench.targets import AS_IS, BenchUsageError, resolve_target
 from ferry_harness.tools.bench.worker import WorkerResult
-from tests.procs import children_of
+from tests.procs import assert_no_children_left, children_of
 
 RUN_KEYS = ("workers", "strategy", "busy_policy", "claims_per_s", "lifecycles_per_s",
             "latency_ms", "cas_miss_ratio", "busy_errors", "jain_fairness", "wal_bytes",
@@ -24,14 +23,6 @@ RUN_KEYS = ("workers", "strategy", "busy_policy", "claims_per_s", "lifecycles_pe
 TASKS = 200
 
 
-def assert_no_children_left(before: set[int]) -> None:
-    deadline = time.monotonic() + 5
-    while True:
-        left = set(children_of(os.getpid())) - before
-        if not left and not multiprocess.active_children():
-            return
-        assert time.monotonic() < deadline, f"bench left processes behind: {sorted(left)}"
-        time.sleep(0.05)
 
 
 # Targets that are not ferry_core (the bench measures them as they are).
