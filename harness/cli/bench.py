@@ -261,7 +261,10 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "count, claim strategy and busy policy. --strategy and --busy-policy apply to "
         "ferry_core targets only; other stores are measured as they are. --target A,B,... "
         "compares stores in one interleaved run (same tasks, same order in every "
-        "repetition). Exit code 1 if a run did not complete every task exactly once.")
+        "repetition). A Postgres target (ferry_core:PgLeaseStore) has each run in a "
+        "fresh schema of one server: a throwaway cluster the bench starts and removes, or "
+        "the server $FERRY_PG_URI names. Exit code 1 if a run did not complete every task "
+        "exactly once.")
     add_target_option(p)
     p.add_argument("--workers", default=",".join(map(str, DEFAULT_WORKERS)), metavar="LIST",
                    help="comma-separated worker counts (default 1,2,4,8,16)")
