@@ -12,7 +12,7 @@ import json
 import pytest
 
 from ferry_harness.check.checker import Checker
-from ferry_harness.check.history import FAIL
+from ferry_harness.check.history import FAIL, History, NotJson
 from ferry_harness.check.model import ModelConfig
 from ferry_harness.run.campaign import CampaignConfig, Runner
 from ferry_harness.run.steps import Clock, Dispatch, IdlePoll
@@ -90,6 +90,10 @@ def test_a_late_result_that_is_no_json_need_not_be_kept():
            now=T0 + 50, type=FAIL, error="LeaseExpired")
     rec.op("salvaged", "auditor", {"task_id": "t1"}, now=T0 + 50, value=[])
     assert check(rec) == []
+    # the same history read back from history.jsonl (ferry-harness check): still no JSON
+    again = History.from_jsonl(rec.history.to_jsonl())
+    assert isinstance(again.ops[2].args["result"], NotJson)
+    assert Checker(SPEC_STORE).check(again) == []
 
 
 def test_an_entry_written_by_a_refused_call_is_caught():

@@ -69,10 +69,13 @@ class Op:
         d = asdict(self)
         if not d["extra"]:
             del d["extra"]
+        d["args"] = {k: _encode_arg(v) for k, v in self.args.items()}
         return {k: v for k, v in d.items() if v is not None}
 
     @classmethod
     def from_dict(cls, d: JSONObject) -> Op:
+        if isinstance(d.get("args"), dict):
+            d = {**d, "args": {k: _decode_arg(v) for k, v in d["args"].items()}}
         return cls(**d)
 
     def describe(self) -> str:
@@ -85,6 +88,37 @@ class Op:
         else:
             out = f"info {self.error or self.note or 'indeterminate'}"
         return f"#{self.index} w{self.process} {self.agent} {self.op}({args}) @t={self.now} -> {out}"
+
+
+#: how an argument that is not JSON (a hostile step's set, say) is written in history.jsonl
+NOT_JSON_KEY = "ferry:not-json"
+
+
+@dataclass(frozen=True)
+class NotJson:
+    """An argument that was not JSON, read back from history.jsonl: still not JSON, so a
+    history checked offline judges it as the live run did (a late result that was no
+    JSON need not be kept, PROTOCOL.md#late-results)."""
+
+    #: ``repr()`` of the value the harness sent
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _encode_arg(v: Any) -> Any:
+    try:
+        json.dumps(v, allow_nan=False)
+    except (TypeError, ValueError):
+        return {NOT_JSON_KEY: str(v)}
+    return v
+
+
+def _decode_arg(v: Any) -> Any:
+    if isinstance(v, dict) and len(v) == 1 and NOT_JSON_KEY in v:
+        return NotJson(str(v[NOT_JSON_KEY]))
+    return v
 
 
 def _short(v: Any) -> str:

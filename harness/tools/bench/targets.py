@@ -31,7 +31,7 @@ class Target:
     fixed_strategy: str | None = None
     #: "sqlite" (a database file per run) or "postgres" (a schema per run on a server,
     #: the factory called with its libpq URI): a factory says so with
-    #: ``ferry_backend = "postgres"`` (PROTOCOL.md#postgres-targets)
+    #: ``ferry_backend = "postgres"``
     backend: str = "sqlite"
     #: the store counts its claim attempts (``claim_stats()``, as ferry_core's two stores do)
     counts_claims: bool = False
