@@ -7,6 +7,7 @@ still be caught, under the right name, with a message that says what to fix.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -94,6 +95,15 @@ def test_a_late_result_that_is_no_json_need_not_be_kept():
     again = History.from_jsonl(rec.history.to_jsonl())
     assert isinstance(again.ops[2].args["result"], NotJson)
     assert Checker(SPEC_STORE).check(again) == []
+
+
+def test_a_store_without_results_need_not_keep_a_late_result():
+    """A store without ``results`` keeps no result, a late one included (combo_00, which
+    also accepts a non-JSON result, as such a store may: PROTOCOL.md#late-results)."""
+    no_results = dataclasses.replace(SPEC_STORE, results=False)
+    assert check(_late_fulfill([]), no_results) == []
+    [v] = check(_late_fulfill([]))  # with results it is still a lost late result
+    assert "lost a late_result" in v.message
 
 
 def test_an_entry_written_by_a_refused_call_is_caught():

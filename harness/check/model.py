@@ -398,11 +398,11 @@ def _late_salvage(st: TaskState, op: Op, cfg: ModelConfig) -> TaskState:
     noted = fact(op, WritersNowMax)
     others = noted.now if noted else -1
     alone = st.lapsed_at is None or others < st.lapsed_at
-    # a result that is not JSON is no result to keep (PROTOCOL.md#late-results)
-    valid = bad_arguments(op, cfg) is None
-    required = (op.op == "fulfill" and op.error == "LeaseExpired" and holder and alone
-                and valid)
     value = op.args.get("result") if op.op == "fulfill" else op.args.get("reason")
+    # a result that is not JSON is no result to keep, and a store without results keeps
+    # none (PROTOCOL.md#late-results)
+    required = (op.op == "fulfill" and op.error == "LeaseExpired" and holder and alone
+                and cfg.results and _is_json(value))
     kind = "late_result" if op.op == "fulfill" else "late_failure"
     return replace(st, salvage=st.salvage + ((kind, op.agent, canonical(value), required),))
 
