@@ -256,3 +256,19 @@ def test_a_refusal_that_treats_the_boundary_as_live_is_a_lease_finding():
     assert check(rec) == []  # any failing check's class will do for an undeclared store
     [v] = check(rec, DECLARED)
     assert v.invariant == "lease-half-open" and "still running" in v.message
+
+
+def test_an_expired_view_may_leave_out_the_lease_end():
+    """A view that says ``is_logically_expired`` but omits ``lease_expires_at`` (fields a view
+    leaves out are not compared, PROTOCOL.md#taskview-fields) is read with the model's lease
+    end, not as a lease that never ends (met on the procrastinate adapter's first views)."""
+    rec = Recorder()
+    rec.dispatch()
+    rec.claim("alice", TOKEN_A)
+    view = {"task_id": "t1", "status": "CLAIMED", "is_logically_expired": True, "attempt": 1}
+    rec.op("get", "auditor", {"task_id": "t1"}, now=T0 + 50, value=view)
+    assert check(rec) == []
+    rec.op("get", "auditor", {"task_id": "t1"}, now=T0 + 49, value=view)  # not yet ended
+    [v] = check(rec)
+    assert v.invariant == "lease-half-open"
+

@@ -601,7 +601,10 @@ def _effective_status(view: dict[str, Any], st: TaskState, now: int) -> str:
         return status
     as_read = replace(
         st, status=status, attempt=view.get("attempt", st.attempt),
-        expires=view.get("lease_expires_at"), queued_at=view.get("queued_at", st.queued_at),
+        # a view may leave the lease end out (PROTOCOL.md#taskview-fields): the model's
+        expires=view.get("lease_expires_at",
+                         st.expires if st.status == CLAIMED else st.lapsed_at),
+        queued_at=view.get("queued_at", st.queued_at),
         queued_hi=None)
     return advance(as_read, now).status
 
