@@ -56,7 +56,8 @@ class WalRules:
             if x.open_tx_after_step:
                 out.append(Violation(
                     "wal-bounded",
-                    f"after {o.op} a connection of the target was left idle in transaction "
+                    f"a connection of the target was left idle in transaction by the step "
+                    f"that ended with {o.op} (op #{o.index}) or an earlier call "
                     f"({x.open_tx_after_step}): on Postgres no transaction may outlive the "
                     "call that opened it", ops=[o.index]))
             hung = fact(o, Hung)
