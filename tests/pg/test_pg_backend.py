@@ -141,3 +141,29 @@ def test_pg_lease_store_passes_a_short_fuzz_and_the_report_names_the_backend(pg_
     assert rep.invariants["idle-no-write"].startswith("checked (")
     assert rep.invariants["wal-bounded"].startswith("checked (")
     assert "wal-bounded (-wal file)" in rep.backend.skipped
+
+
+@pytest.mark.parametrize("server_side", [False, True])
+def test_a_frozen_holders_accepted_fulfill_explains_rescuers_finding_nothing(server_side):
+    """The pause probe: rescuers at ``expires`` find nothing to claim while the frozen
+    holder's fulfill was in flight and then accepted. On SQLite (the client frozen, its
+    write not started) that is a late lease; on Postgres the statement may have finished
+    the task in the server meanwhile (PROTOCOL.md#postgres-targets), so it is no finding."""
+    from ferry_harness.check.annotations import Probe, mark
+    from ferry_harness.check.checker import Checker
+    from tests.histories import SPEC_STORE, TOKEN_A, Recorder
+
+    r = Recorder()
+    r.dispatch()
+    r.claim("alice", TOKEN_A)  # lease [T0, T0 + 50)
+    zombie = r.op("fulfill", "alice", {"task_id": "t1", "token": TOKEN_A, "result": 1},
+                  now=T0 + 10)
+    info = dict(task="t1", expires=T0 + 50, attempts_left=True, cause="paused",
+                holder_op=zombie.index, server_side=server_side)
+    for at, now in (("expires-1", T0 + 49), ("expires", T0 + 50)):
+        for n in range(3):
+            mark(r.op("claim", "alice", {"task_id": "t1"}, now=now, value=None,
+                      concurrent=n > 0), Probe(**info, at=at))
+    zombie.complete_ns = r._ns + 1_000  # frozen in flight across the rescuers' races
+    found = [v for v in Checker(SPEC_STORE).check(r.history) if "rescuers could" in v.message]
+    assert bool(found) is not server_side
