@@ -77,6 +77,15 @@ def refuse_unhooked_mode(target: str, factory: Any, mode: str) -> None:
                          "mode hooks SQLite statements and psycopg has none; use --mode stress")
 
 
+def refuse_postgres(command: str, target: str, factory: Any) -> None:
+    """Commands that still make a SQLite file (scenario, crash) refuse a Postgres target
+    with one clear line instead of handing its factory a path."""
+    if backend_of(factory) == POSTGRES:
+        raise UsageError(f"ferry-harness {command} runs SQLite targets only; {target} is a "
+                         "Postgres target (ferry_backend = 'postgres'): run ferry-harness fuzz "
+                         "on it (PROTOCOL.md#postgres-targets)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class OpenTransaction:
     """A connection of the run's database seen ``idle in transaction`` (pg_stat_activity)."""
