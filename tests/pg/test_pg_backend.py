@@ -175,3 +175,21 @@ def test_commands_that_make_a_sqlite_file_refuse_a_postgres_target(command, caps
     assert main([command, "--target", "ferry_core:PgLeaseStore"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "runs SQLite targets only" in err
+
+
+def test_a_run_without_a_server_starts_a_cluster_and_removes_it_even_after_an_error(
+        pg_uri, monkeypatch):
+    """No --pg-uri, no FERRY_PG_URI: the run starts its own throwaway cluster, and ends it
+    however the run ends (pg_uri only skips the test where PostgreSQL is missing)."""
+    import os
+
+    from ferry_harness.runtime.pgserver import ENV_URI
+
+    monkeypatch.delenv(ENV_URI, raising=False)
+    with pytest.raises(RuntimeError, match="boom"):
+        with Runner(CampaignConfig(target="ferry_core:PgLeaseStore", workers=2)) as r:
+            assert r.backend.server is not None
+            directory = r.backend.server.directory
+            assert os.path.isdir(directory)
+            raise RuntimeError("boom")
+    assert not os.path.exists(directory)
