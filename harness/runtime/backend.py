@@ -216,6 +216,9 @@ class PostgresBackend:
         self.admin: Any = None
         self._dropped_db = False
         given = uri or os.environ.get(ENV_URI) or None
+        if given is not None and not given.startswith(("postgresql://", "postgres://")):
+            raise UsageError(f"--pg-uri / {ENV_URI} must be a libpq URI (postgresql://…), "
+                             f"got {_redacted(given)!r}")
         self.given_uri = given
         self.server_uri = ""
         self.dbname = f"ferry_run_{os.getpid()}_{secrets.token_hex(3)}"

@@ -44,6 +44,11 @@ def test_the_run_database_replaces_the_uri_database_only():
     assert "host=%2Ftmp%2Fs" in got and "port=5432" in got and "dbname" not in got
 
 
+def test_a_server_is_named_by_a_uri():
+    with pytest.raises(UsageError, match="libpq URI"):
+        PostgresBackend("host=/tmp dbname=postgres")
+
+
 def test_schedule_mode_is_refused_for_a_postgres_target_up_front(tmp_path, capsys):
     with pytest.raises(UsageError, match="--mode schedule"):
         refuse_unhooked_mode("t", PgLeaseStore, "schedule")
@@ -193,3 +198,15 @@ def test_a_run_without_a_server_starts_a_cluster_and_removes_it_even_after_an_er
             assert os.path.isdir(directory)
             raise RuntimeError("boom")
     assert not os.path.exists(directory)
+
+
+@pytest.mark.thorough
+def test_kills_and_pauses_on_a_postgres_target_end_in_a_pass(pg_uri, tmp_path, ferry_budget):
+    """--faults kill,pause against PgLeaseStore: no harness error and no false alarm (the
+    frozen holder's statement may finish in the server: see the pause probe)."""
+    cfg = CampaignConfig(target="ferry_core:PgLeaseStore", budget_s=10 * ferry_budget, seed=1,
+                         faults=("kill", "pause"), report_dir=str(tmp_path), pg_uri=pg_uri)
+    out = Campaign(cfg).run()
+    assert out.verdict == "pass", [str(v.message) for v in out.report.violations]
+    faults = out.report.stats.faults
+    assert faults.get("kill", 0) and faults.get("pause", 0), faults
