@@ -210,3 +210,16 @@ def test_kills_and_pauses_on_a_postgres_target_end_in_a_pass(pg_uri, tmp_path, f
     assert out.verdict == "pass", [str(v.message) for v in out.report.violations]
     faults = out.report.stats.faults
     assert faults.get("kill", 0) and faults.get("pause", 0), faults
+
+
+def test_a_sqlite_target_runs_as_before():
+    """The default backend: a file path, the -wal probes, no backend section in the report."""
+    with Runner(CampaignConfig(target="ferry_core:LeaseStore", workers=2)) as r:
+        found, ex = r.run_steps(PROBE_STEPS)
+        assert r.backend_info() is None and "integrity" not in r.skips()
+    assert found == []
+    assert ex.path.endswith("ferry.db") and ex.pg is None
+    assert "wal-file" in ex.capabilities and "pg-probes" not in ex.capabilities
+    extra = [o.extra for o in ex.history]
+    assert any("wal_before" in e for e in extra)
+    assert not any(k in e for e in extra for k in ("xid_before", "open_tx_after_step"))
