@@ -190,6 +190,14 @@ def with_database(uri: str, dbname: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, urlencode(query), ""))
 
 
+def schema_of(where: str) -> str | None:
+    """The example's schema in a ``where`` URI a Postgres target was given (the first of
+    its ``options=-c search_path=…``), for an adapter whose library needs it by name."""
+    query = dict(parse_qsl(urlsplit(where).query, keep_blank_values=True))
+    m = re.search(r"search_path\s*=\s*([^\s,]+)", query.get("options", ""))
+    return m.group(1).strip('"') if m else None
+
+
 def _redacted(uri: str) -> str:
     return re.sub(r"//[^@/]*:[^@/]*@", "//***@", uri)
 

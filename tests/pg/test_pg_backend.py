@@ -16,8 +16,10 @@ from ferry_harness.runtime.backend import (
     PostgresBackend,
     backend_of,
     refuse_unhooked_mode,
+    schema_of,
     with_database,
 )
+from ferry_harness.runtime.pgserver import schema_uri
 from tests.pg.broken_pg_stores import BROKEN_PG, HeartbeatPollStore, OpenAfterReadStore
 
 T0 = 1_000_000_000
@@ -42,6 +44,7 @@ def test_the_run_database_replaces_the_uri_database_only():
     got = with_database(uri, "ferry_run_1")
     assert got.startswith("postgresql://postgres@/ferry_run_1?")
     assert "host=%2Ftmp%2Fs" in got and "port=5432" in got and "dbname" not in got
+    assert schema_of(schema_uri(got, "ex_17")) == "ex_17" and schema_of(got) is None
 
 
 def test_a_server_is_named_by_a_uri():
