@@ -36,6 +36,10 @@ class Probe:
     holder_op: int  # history index of the faulted holder's op
     by: str = "claim"  # the rescuers' op: "claim", or "poll_next" on a poll-only queue
     at: str  # "expires-1", "expires", "later" or "after-expires" (the clock had passed)
+    # the frozen holder's call may run to its end in the server while its client is
+    # stopped (a Postgres target, PROTOCOL.md#postgres-targets): once it is accepted, the
+    # task may have been finished before the rescuers came
+    server_side: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +137,12 @@ class WalSample:
     reader: bool | None = None  # a checkpoint ran while an outside reader held a snapshot
     reader_hold_s: float | None = None  # how long that reader held it (s)
     wal_after_step: int | None = None  # bytes after the step this op ended (executor)
+    # a Postgres target (PROTOCOL.md#postgres-targets): the server's next transaction id
+    # before and after the call (an idle call must not move it), and the target's
+    # connections seen idle in transaction after the step this op ended ("" when none)
+    xid_before: int | None = None
+    xid_after: int | None = None
+    open_tx_after_step: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
