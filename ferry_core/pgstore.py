@@ -297,6 +297,9 @@ class PgLeaseStore(_StoreFront):
     """
 
     ferry_declares = frozenset({"holder-binding", "refusal-order"})
+    #: the harness hands this factory a libpq URI with the example's schema, not a file
+    #: path (PROTOCOL.md#postgres-targets)
+    ferry_backend = "postgres"
 
     def __init__(
         self,

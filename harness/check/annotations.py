@@ -133,6 +133,12 @@ class WalSample:
     reader: bool | None = None  # a checkpoint ran while an outside reader held a snapshot
     reader_hold_s: float | None = None  # how long that reader held it (s)
     wal_after_step: int | None = None  # bytes after the step this op ended (executor)
+    # a Postgres target (PROTOCOL.md#postgres-targets): the server's next transaction id
+    # before and after the call (an idle call must not move it), and the target's
+    # connections seen idle in transaction after the step this op ended ("" when none)
+    xid_before: int | None = None
+    xid_after: int | None = None
+    open_tx_after_step: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,7 +41,8 @@ INVARIANTS: dict[str, str] = {
 }
 
 # What each invariant needs from the target (operation names from ferry_harness.check.ops.PROTOCOL,
-# features from ferry_harness.check.ops.FEATURES, "dag", and "wal-file" when the -wal file exists).
+# features from ferry_harness.check.ops.FEATURES, "dag", "wal-file" when the -wal file exists,
+# and "pg-probes" for a Postgres target, whose server the harness can measure).
 # "a|b": either will do (the executor races poll_next when a target cannot claim by id).
 NEEDS: dict[str, tuple[str, ...]] = {
     "single-winner": ("dispatch", "claim|poll_next"),
@@ -70,6 +71,9 @@ ALSO_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "lease-half-open": (("acquire_lock",),),
     "linearizable": (("acquire_lock",),),
     "no-lost-task": (("dispatch", "inspect"), ("dispatch", "claim|poll_next")),
+    # a Postgres target: measured by the server's probes (PROTOCOL.md#postgres-targets)
+    "idle-no-write": (("poll_next", "pg-probes"), ("get|salvaged|inspect", "pg-probes")),
+    "wal-bounded": (("pg-probes",),),
 }
 
 # Findings about the refusal's class, not about safety: named only when nothing else is.

@@ -27,6 +27,7 @@ from ferry_harness.report.protocol import read_hint
 from ferry_harness.report.schema import said_reproduced
 from ferry_harness.report.story import database_note, exit_reason, headline
 from ferry_harness.run.nemesis import FAULTS
+from ferry_harness.runtime.backend import refuse_unhooked_mode
 from ferry_harness.runtime.provenance import provenance
 from ferry_harness.runtime.target import add_import_root, add_target_option, load_factory
 
@@ -130,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
                       "/dev/shm when it is a tmpfs, else the system temp directory), disk "
                       "(the system temp directory: a store that stalls on a real disk is a "
                       "finding too) or a directory; the report's stats say which")
+    fuzz.add_argument("--pg-uri", default=None, metavar="URI",
+                      help="a Postgres target (ferry_backend = 'postgres') runs on this "
+                      "server (a libpq URI; default: $FERRY_PG_URI, else a throwaway cluster "
+                      "started for the run); the run makes and drops a database of its own")
     fuzz.add_argument("--quiet", action="store_true", help="no progress display")
 
     replay = sub.add_parser("replay", help="re-run the minimal failing example of a report",
@@ -195,7 +200,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
     from ferry_harness.run.campaign import Campaign, CampaignConfig, write_report
 
-    load_factory(args.target)
+    refuse_unhooked_mode(args.target, load_factory(args.target), args.mode)
     run_seed = args.seed if args.seed is not None else random_seed()
     # examples outlive the per-run directories; the database is opened before any
     # directory is made, so a bad --example-db leaves nothing behind
@@ -212,7 +217,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                          report_dir=report_dir, steps_per_example=args.steps,
                          faults=args.faults, mode=args.mode, op_timeout_s=args.op_timeout,
                          wal_bound_bytes=args.wal_bound,
-                         database=database, db_dir=args.db_dir)
+                         database=database, db_dir=args.db_dir, pg_uri=args.pg_uri)
     show, stop = _progress_printer(args.quiet)
     campaign = Campaign(cfg, progress=show)
     try:
@@ -317,7 +322,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         add_import_root(report.get("target_path"))
     if report.get("scenario"):
         return _replay_scenario(report, target, args.tries)
-    load_factory(target)
+    refuse_unhooked_mode(target, load_factory(target), args.mode or "stress")
     mode, steps = report.get("mode", "stress"), v["steps"]
     if args.mode == "schedule":
         det = v.get("schedule_mode") or {}

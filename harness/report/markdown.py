@@ -63,6 +63,14 @@ def render_markdown(report: Report) -> str:
     if facts:
         out += [f"- **{k}**: {_text(v)}" for k, v in facts] + [""]
 
+    if report.backend is not None:  # a Postgres target (PROTOCOL.md#postgres-targets)
+        b = report.backend
+        out += [f"- **backend**: {_text(b.name)}"
+                + (f" ({_text(b.server)}; {_text(b.isolation)})" if b.server else "")]
+        out += [f"- **{_text(k)}** means: {_text(v)}" for k, v in b.meanings.items()]
+        out += [f"- **{_text(k)}**: skipped ({_text(v)})" for k, v in b.skipped.items()]
+        out.append("")
+
     if report.invariants:
         out += ["## Invariants", "", "| invariant | status |", "| --- | --- |"]
         out += [f"| {_cell(k)} | {_cell(v)} |" for k, v in report.invariants.items()]

@@ -233,6 +233,19 @@ Stats = FuzzStats | ScenarioStats | CheckStats
 
 
 @dataclass(frozen=True, kw_only=True)
+class BackendInfo:
+    """Which database backend a fuzz run used, when it is not SQLite
+    (PROTOCOL.md#postgres-targets): the SQLite-only checks it skipped, and what the WAL
+    invariants meant on it."""
+
+    name: str = "sqlite"  # "postgres"
+    server: str | None = None  # the server used (a throwaway cluster, or --pg-uri redacted)
+    isolation: str | None = None  # how examples were kept apart ("a fresh schema per example")
+    skipped: Mapping[str, str] = field(default_factory=dict)  # check -> why it was skipped
+    meanings: Mapping[str, str] = field(default_factory=dict)  # invariant -> its meaning here
+
+
+@dataclass(frozen=True, kw_only=True)
 class Budget:
     """The time a fuzz campaign was given and whether it ran into it."""
 
@@ -311,6 +324,7 @@ class Report:
     script: tuple[str, ...] | None = None  # scenario: what its script did, line by line
     replay: str | None = None  # the command that replays the run
     command: str | None = None  # crash: the command line that runs the campaign again
+    backend: BackendInfo | None = None  # fuzz on a Postgres target: which backend ran
 
 
 def involved_ops(v: Violation) -> set[int]:
@@ -415,6 +429,7 @@ def report_from_json(data: Any) -> Report:
         script=_strings(d.get("script")),
         replay=_str(d.get("replay")),
         command=_str(d.get("command")),
+        backend=_section(BackendInfo, d.get("backend")),
     )
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import tempfile
 import time
@@ -46,6 +45,7 @@ from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.errors import UsageError
 from ferry_harness.report.paths import write_report_dir
 from ferry_harness.report.schema import (
+    BackendInfo,
     Budget,
     Coverage,
     Discovery,
@@ -84,12 +84,22 @@ from ferry_harness.run.steps import (
     step_from_json,
     step_to_json,
 )
+from ferry_harness.runtime.backend import (
+    PG_MEANINGS,
+    PG_SKIPPED,
+    POSTGRES,
+    Backend,
+    PostgresBackend,
+    SqliteBackend,
+    backend_of,
+    refuse_unhooked_mode,
+)
 from ferry_harness.runtime.client import WorkerPool
 from ferry_harness.runtime.clock import SharedClock
 from ferry_harness.runtime.dbdir import database_dir
 from ferry_harness.runtime.provenance import provenance
 from ferry_harness.runtime.schedule import compact
-from ferry_harness.runtime.target import import_root
+from ferry_harness.runtime.target import import_root, load_factory
 
 REPLAY_TRIES = 10
 SHRINK_TRIES = 3
@@ -136,6 +146,9 @@ class CampaignConfig:
     # where each example's database is made: "auto" (a tmpfs if there is one), "disk" or a
     # directory (ferry_harness.runtime.dbdir)
     db_dir: str | None = None
+    # a Postgres target's server (PROTOCOL.md#postgres-targets): a libpq URI; None:
+    # $FERRY_PG_URI, else a throwaway cluster started for the campaign
+    pg_uri: str | None = None
 
     def __post_init__(self) -> None:
         # a NaN budget never ends (every comparison with it is False) and no report can
@@ -199,6 +212,10 @@ class Runner:
 
     def __init__(self, cfg: CampaignConfig) -> None:
         self.cfg = cfg
+        factory = load_factory(cfg.target)
+        refuse_unhooked_mode(cfg.target, factory, cfg.mode)
+        self.backend_name = backend_of(factory)
+        self.backend: Backend | None = None
         self.clock = SharedClock()
         self.pool = WorkerPool(cfg.target, self.clock, cfg.workers,
                                op_timeout_s=cfg.op_timeout_s, scheduled=cfg.mode == "schedule")
@@ -213,14 +230,42 @@ class Runner:
         self.runs = 0
 
     def __enter__(self) -> Runner:
-        t = time.perf_counter()
-        self.pool.start()
-        self.pool_start_s = time.perf_counter() - t
+        try:
+            # a Postgres target: the run's own database (a throwaway cluster if no server
+            # is given), made before the workers start and dropped after they stop
+            self.backend = (PostgresBackend(self.cfg.pg_uri) if self.backend_name == POSTGRES
+                            else SqliteBackend(self.tmp))
+            t = time.perf_counter()
+            self.pool.start()
+            self.pool_start_s = time.perf_counter() - t
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.pool.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        try:
+            self.pool.close()
+        finally:
+            if self.backend is not None:
+                self.backend.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def skips(self) -> dict[str, str]:
+        """What the target declares unchecked, and what its backend cannot check."""
+        out = dict(self.pool.skips)
+        if self.backend_name == POSTGRES:
+            out.setdefault("integrity", PG_SKIPPED["integrity"])
+        return out
+
+    def backend_info(self) -> BackendInfo | None:
+        """For the report: which backend ran (None: SQLite, the report as it always was)."""
+        b = self.backend
+        if not isinstance(b, PostgresBackend):
+            return None
+        return BackendInfo(name=POSTGRES, server=b.where_server,
+                           isolation=f"a fresh schema per example in database {b.dbname}",
+                           skipped=dict(PG_SKIPPED), meanings=dict(PG_MEANINGS))
 
     def executor(self, ignore: frozenset[str] = frozenset()) -> Executor:
         """A fresh example, counted under the phase that runs it; violations of the
@@ -232,9 +277,11 @@ class Runner:
             self.stats.replay_runs += 1
         else:
             self.stats.examples += 1
-        return _Screened(self.pool, self.clock, os.path.join(self.tmp, "ferry.db"),
+        assert self.backend is not None, "a Runner runs examples inside its with-block"
+        return _Screened(self.pool, self.clock, self.backend.fresh(self.runs),
                          checker=self.checker, stats=self.stats, example=self.runs,
-                         nemesis=self.nemesis, mode=self.cfg.mode, ignore=ignore)
+                         nemesis=self.nemesis, mode=self.cfg.mode, ignore=ignore,
+                         backend=self.backend)
 
     def run_steps(self, steps: list[Step],
                   ignore: frozenset[str] = frozenset()) -> tuple[list[Violation], Executor]:
@@ -383,8 +430,10 @@ class Campaign:
                 self.findings = self._settle(runner)
                 for f in self.findings:
                     self._save(f.failure, f.invariant)
+        # schedule mode hooks SQLite statements: a Postgres target has no such re-run
         unreliable = [f for f in self.findings if self.cfg.mode == "stress"
-                      and f.reproduced is not None and f.reproduced[0] < RELIABLE_HITS]
+                      and f.reproduced is not None and f.reproduced[0] < RELIABLE_HITS
+                      and self.runner.backend_name != POSTGRES]
         if unreliable and not self.stopping and not self._nearly_out_of_time():
             self.phase = "finding a schedule"
             self.progress(self.snapshot())
@@ -579,7 +628,7 @@ class Campaign:
     # ---------------------------------------------------------------- report
     def _outcome(self, settled: list[Finding], seconds: float) -> Outcome:
         stats = self.runner.stats
-        invariants = with_evaluations(invariant_status(self.capabilities, self.runner.pool.skips),
+        invariants = with_evaluations(invariant_status(self.capabilities, self.runner.skips()),
                                       self.evaluated)
         top = settled[0] if settled else None
         failure = top.failure if top else None
@@ -662,6 +711,7 @@ class Campaign:
             discovery=discovery,
             invariants_found=tuple(found),
             interrupted=self.stopping,
+            backend=self.runner.backend_info(),
         )
         return Outcome(verdict, report, Path(self.cfg.report_dir), failure, reproduced, stats, history)
 

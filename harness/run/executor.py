@@ -13,7 +13,6 @@ are :mod:`ferry_harness.run.walsteps`'s.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -48,6 +47,13 @@ from ferry_harness.run.steps import (
     Step,
 )
 from ferry_harness.runtime import schedule
+from ferry_harness.runtime.backend import (
+    Backend,
+    PostgresBackend,
+    has_wal_file,
+    open_tx_text,
+    remove_sqlite_files,
+)
 from ferry_harness.runtime.client import PlannedCall, WorkerPool
 from ferry_harness.runtime.clock import SharedClock
 from ferry_harness.runtime.gate import overlapped
@@ -63,7 +69,8 @@ class Executor:
 
     def __init__(self, pool: WorkerPool, clock: SharedClock, path: str, *,
                  checker: Checker | None = None, stats: Stats | None = None,
-                 example: int = 0, nemesis: Nemesis | None = None, mode: str = "stress") -> None:
+                 example: int = 0, nemesis: Nemesis | None = None, mode: str = "stress",
+                 backend: Backend | None = None) -> None:
         self.pool = pool
         self.clock = clock
         self.path = path
@@ -90,17 +97,21 @@ class Executor:
         self._schedules: list[tuple[int, ...]] | None = None  # recorded by this step's rounds
         self._learned: set[int] = set()  # op indices already taken into tasks / claims
         self._refs: dict[str, list[int]] = {}  # what the current step referred to
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                os.unlink(path + suffix)
-            except FileNotFoundError:
-                pass
+        # where: a SQLite path (made fresh here, as the backend does), or what a Postgres
+        # backend made fresh for this example (PROTOCOL.md#postgres-targets)
+        self.pg = backend if isinstance(backend, PostgresBackend) else None
+        if self.pg is None:
+            remove_sqlite_files(path)
         clock.set(START_MS)
         t0 = time.perf_counter()
         pool.open(path)
+        if backend is not None:
+            backend.opened(path)
         self.stats.setup_s += time.perf_counter() - t0
         self.capabilities = set(pool.capabilities)
-        if os.path.exists(path + "-wal"):
+        if self.pg is not None:
+            self.capabilities.add("pg-probes")
+        elif has_wal_file(path):
             self.capabilities.add("wal-file")
         # hold the target only to the protocol features it has (ferry_harness.check.ops.FEATURES)
         self.checker.cfg = self.checker.cfg.for_capabilities(self.capabilities)
@@ -231,6 +242,10 @@ class Executor:
         if new and "wal-file" in self.capabilities:  # the growth bound, sampled every step
             had = fact(new[-1], WalSample) or WalSample()
             mark(new[-1], replace(had, wal_after_step=self.pool.wal_size()))
+        elif new and self.pg is not None and not self.pool.paused_workers():
+            # Postgres: no transaction outlives its call (PROTOCOL.md#postgres-targets)
+            had = fact(new[-1], WalSample) or WalSample()
+            mark(new[-1], replace(had, open_tx_after_step=open_tx_text(self.pg)))
         self._learn(new)
         self.traces.append(StepTrace(
             task_refs=tuple(self._refs.get("tasks", ())),

@@ -105,7 +105,8 @@ def evaluations(ex: Executor) -> dict[str, int]:
         "dag-order": dependency_judgements(ops)[0],
         "no-lost-task": len(reads) + sum(1 for o in ops if o.op in CLAIMS and o.type == OK),
         "wal-bounded": sum(1 for o, w in wal if o.op == "checkpoint" and not w.reader
-                           and w.wal_after is not None),
+                           and w.wal_after is not None)
+                       + sum(1 for _o, w in wal if w.open_tx_after_step is not None),
         "idle-no-write": sum(1 for _o, w in wal if w.idle),
         "linearizable": len({o.task_id for o in ops if o.task_id} |
                             {o.args.get("name") for o in ops if o.op in LOCK}),

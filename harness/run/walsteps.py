@@ -33,7 +33,8 @@ def idle_poll(ex: Executor, s: IdlePoll) -> Step:
     Settling makes the measured poll idle by construction (PROTOCOL.md#freedoms-a-correct-store-may-take: a poll that applies
     a due expiry or claims a task has work to do and may write): sweep where the store
     has it, then poll until a poll comes back empty, all at one frozen instant."""
-    if "wal-file" not in ex.capabilities or "poll_next" not in ex.capabilities:
+    pg = ex.pg
+    if ("wal-file" not in ex.capabilities and pg is None) or "poll_next" not in ex.capabilities:
         return s  # idle-no-write is skipped (target lacks poll_next or the -wal file)
     if "sweep" in ex.capabilities:
         _one(ex, 0, "sweep", "janitor")
@@ -43,6 +44,12 @@ def idle_poll(ex: Executor, s: IdlePoll) -> Step:
             break
     else:
         return s  # still claiming work: no idle instant to measure
+    if pg is not None:  # Postgres: no transaction id assigned (PROTOCOL.md#postgres-targets)
+        xid = pg.next_xid()
+        op = _one(ex, 0, "poll_next", "idle-probe")
+        mark(op, WalSample(xid_before=xid, xid_after=pg.next_xid(),
+                           idle=op.type == OK and op.value is None))
+        return s
     before, header = ex.pool.wal_size(), ex.pool.wal_mark()
     op = _one(ex, 0, "poll_next", "idle-probe")
     mark(op, WalSample(wal_before=before, wal_after=ex.pool.wal_size(),
@@ -62,7 +69,13 @@ def reads(ex: Executor, s: Reads) -> Step:
             calls.append(("salvaged", {"task_id": tid}))
     if "inspect" in ex.capabilities:
         calls.append(("inspect", {}))
+    pg = ex.pg
     for name, args in calls:
+        if pg is not None:  # Postgres: a read assigns no transaction id
+            xid = pg.next_xid()
+            op = _one(ex, 1, name, "reader", **args)
+            mark(op, WalSample(xid_before=xid, xid_after=pg.next_xid(), idle=True))
+            continue
         before, header = ex.pool.wal_size(), ex.pool.wal_mark()
         op = _one(ex, 1, name, "reader", **args)
         if has_wal:

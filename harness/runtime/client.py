@@ -33,8 +33,8 @@ from ferry_harness.check.annotations import CutShort, Died, Hung, Statements, ma
 from ferry_harness.check.history import INFO, History, Op
 from ferry_harness.check.ops import CallArgs
 from ferry_harness.errors import HarnessError
+from ferry_harness.runtime import backend, schedule
 from ferry_harness.runtime import gate as gate_mod
-from ferry_harness.runtime import schedule
 from ferry_harness.runtime.calls import capabilities, execute
 from ferry_harness.runtime.clock import SharedClock
 from ferry_harness.runtime.process import die_with_parent
@@ -678,27 +678,9 @@ class WorkerPool:
                 self.replace(slots[p])
 
     def wal_mark(self) -> str:
-        """What changes whenever frames are appended to the WAL, whatever the file size:
-        the -wal header (its checkpoint sequence and salts change each time the log
-        restarts from its start) and the -shm index's mxFrame (frames in the log), read as
-        plain files — never through SQLite, which could itself write."""
-        parts = []
-        try:
-            with open(f"{self.path}-wal", "rb") as fh:
-                parts.append(fh.read(32).hex())
-        except (OSError, TypeError):
-            parts.append("-")
-        try:
-            with open(f"{self.path}-shm", "rb") as fh:
-                head = fh.read(48)
-            parts.append(str(int.from_bytes(head[16:20], "little")) if len(head) >= 20 else "-")
-        except (OSError, TypeError):
-            parts.append("-")
-        return f"{self.wal_size()}:" + ":".join(parts)
+        """The WAL's change mark of the pool's database (:func:`ferry_harness.runtime.backend.wal_mark`)."""
+        return backend.wal_mark(self.path)
 
     def wal_size(self) -> int:
         """Size of the ``-wal`` file in bytes (0 if absent): measured, never opened."""
-        try:
-            return os.path.getsize(f"{self.path}-wal")
-        except (OSError, TypeError):
-            return 0
+        return backend.wal_size(self.path)

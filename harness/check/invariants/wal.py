@@ -1,5 +1,7 @@
 """The WAL rules, from the ``-wal`` measurements the executor attaches to ops (``WalSample``):
-idle calls write nothing (``idle-no-write``); checkpoints can reset it (``wal-bounded``)."""
+idle calls write nothing (``idle-no-write``); checkpoints can reset it (``wal-bounded``).
+On a Postgres target the same two ids have the meanings of PROTOCOL.md#postgres-targets:
+an idle call assigns no transaction id; no connection is left idle in transaction."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ class WalRules:
 
     name = "wal-rules"
     ids = ("idle-no-write", "wal-bounded")
-    needs = ("wal-file",)
+    needs = ("wal-file|pg-probes",)
     sees_invalid_args = False
 
     def __init__(self, bound_bytes: int = WAL_BOUND_BYTES) -> None:
@@ -43,6 +45,21 @@ class WalRules:
                         f"{x.wal_mark_before} -> {x.wal_mark_after}), though the "
                         "file size stayed the same: it wrote although there was nothing to do",
                         ops=[o.index]))
+            if x.xid_before is not None and x.xid_after is not None and x.idle:
+                what = "an idle poll" if o.op == "poll_next" else f"a read ({o.op})"
+                if x.xid_after != x.xid_before:
+                    out.append(Violation(
+                        "idle-no-write",
+                        f"{what} assigned a transaction id on the Postgres server (the next "
+                        f"id moved from {x.xid_before} to {x.xid_after}): it wrote although "
+                        "there was nothing to do", ops=[o.index]))
+            if x.open_tx_after_step:
+                out.append(Violation(
+                    "wal-bounded",
+                    f"a connection of the target was left idle in transaction by the step "
+                    f"that ended with {o.op} (op #{o.index}) or an earlier call "
+                    f"({x.open_tx_after_step}): on Postgres no transaction may outlive the "
+                    "call that opened it", ops=[o.index]))
             hung = fact(o, Hung)
             if o.op == "checkpoint" and x.reader and hung and not injected(o):
                 out.append(Violation(

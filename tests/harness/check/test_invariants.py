@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_every_invariant_names_ids_and_needs_from_the_catalogue():
-    known = set(PROTOCOL) | set(FEATURES) | set(STRICT_CHOICES) | {"dag", "wal-file"}
+    known = set(PROTOCOL) | set(FEATURES) | set(STRICT_CHOICES) | {"dag", "wal-file", "pg-probes"}
     for inv in [*fuzz_invariants(), *crash_invariants(), ScenarioExpectations()]:
         assert inv.ids and set(inv.ids) <= set(INVARIANTS), inv.name
         for need in inv.needs:

@@ -80,7 +80,7 @@ def test_the_generator_races_for_dependents_that_still_wait(tmp_path, monkeypatc
 
 
 def test_no_lost_task_is_checked_without_get_when_claims_or_inspect_are_judged():
-    known = set(PROTOCOL) | set(FEATURES) | {"dag", "wal-file"}
+    known = set(PROTOCOL) | set(FEATURES) | {"dag", "wal-file", "pg-probes"}
     for inv, alternatives in ALSO_NEEDS.items():  # the same vocabulary as NEEDS
         assert inv in NEEDS and all(set(n.split("|")) <= known for a in alternatives for n in a)
     assert invariant_status({"dispatch", "poll_next"})["no-lost-task"] == "checked"

@@ -1,0 +1,313 @@
+"""Where an example's database lives, and what can be measured about it from outside.
+
+A target's factory is called ``factory(where, *, clock)`` in every worker. ``where`` is a
+string the *backend* makes, one per example:
+
+- ``SqliteBackend`` (the default): the path of a fresh SQLite file (``<dir>/ferry.db``, its
+  ``-wal`` / ``-shm`` removed before each example). Its probes read the ``-wal`` and
+  ``-shm`` as plain files (never through SQLite, which could itself write).
+- ``PostgresBackend``: a libpq URI naming the run's own database and the example's own
+  schema (``postgresql://…/ferry_run_…?…&options=-c%20search_path%3Dex_17``). The run's
+  database is created at the start and dropped at the end; each example gets a fresh,
+  empty schema and the previous one is dropped. Its probes run on an admin connection of
+  the controller: the next transaction id (``txid_snapshot_xmax(txid_current_snapshot())``:
+  a call that assigned itself a transaction id moved it — autovacuum must be off, as in the
+  throwaway cluster) and the run database's connections left ``idle in transaction``.
+
+A target says which backend it needs with an attribute on its factory (a class or a
+function): ``ferry_backend = "postgres"``; without one it is ``"sqlite"``
+(PROTOCOL.md#postgres-targets). The backend never loads the target; it only prepares and
+measures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ferry_harness.errors import HarnessError, UsageError
+from ferry_harness.runtime.pgserver import ENV_URI, PgServer, schema_uri
+
+SQLITE = "sqlite"
+POSTGRES = "postgres"
+BACKENDS = (SQLITE, POSTGRES)
+
+#: what the SQLite meaning of a check needs and a Postgres target has not (report: skipped)
+PG_SKIPPED = {
+    "integrity": "SQLite only: PRAGMA integrity_check reads the database file; a Postgres "
+                 "target has none (the server checks its own pages)",
+    "wal-bounded (-wal file)": "SQLite only: the -wal file's size and a TRUNCATE checkpoint "
+                               "that empties it; the server manages its own WAL",
+    "idle-no-write (-wal file)": "SQLite only: the -wal file's size and header; on Postgres "
+                                 "the transaction-id probe judges idle-no-write instead",
+}
+#: what the two WAL invariants mean on Postgres (PROTOCOL.md#postgres-targets)
+PG_MEANINGS = {
+    "idle-no-write": "an idle poll and every read assign no transaction id "
+                     "(txid_current_snapshot's xmax, measured before and after on the "
+                     "controller's own connection)",
+    "wal-bounded": "no connection of the target is left idle in transaction after a step "
+                   "(pg_stat_activity of the run's database)",
+}
+#: an idle-in-transaction backend is looked at again this often before it is a finding
+#: (a killed worker's backend needs a moment to see its socket close)
+_OPEN_TX_RECHECKS = (0.05, 0.2)
+
+
+def backend_of(factory: Any) -> str:
+    """The backend a factory declares (``ferry_backend``), ``"sqlite"`` without one."""
+    name = getattr(factory, "ferry_backend", SQLITE)
+    if name not in BACKENDS:
+        raise UsageError(f"ferry_backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    return str(name)
+
+
+def refuse_unhooked_mode(target: str, factory: Any, mode: str) -> None:
+    """Schedule mode orders SQLite statements through Python's sqlite3 hooks; psycopg has
+    no trace callback, so a Postgres target is refused it up front (exit code 2)."""
+    if mode == "schedule" and backend_of(factory) == POSTGRES:
+        raise UsageError(f"--mode schedule cannot run the Postgres target {target}: schedule "
+                         "mode hooks SQLite statements and psycopg has none; use --mode stress")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenTransaction:
+    """A connection of the run's database seen ``idle in transaction`` (pg_stat_activity)."""
+
+    pid: int  #: the server backend's pid
+    since_s: float  #: seconds its transaction had been open when seen
+    query: str  #: the last statement it ran
+
+
+class Backend(Protocol):
+    """What the executor needs of an example's database.
+
+    ``fresh(example)`` makes a new, empty database for one example and returns the
+    ``where`` string handed to the factory; ``opened(where)`` is called once every worker
+    opened its store on it (the previous example's stores are closed then);
+    ``close()`` throws everything away (idempotent, also after a failure).
+    """
+
+    name: str
+
+    def fresh(self, example: int) -> str: ...
+
+    def opened(self, where: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SqliteBackend:
+    """Today's behaviour: one file path, reused; its files removed before each example."""
+
+    name = SQLITE
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.path = os.path.join(directory, "ferry.db")
+
+    def fresh(self, example: int) -> str:
+        remove_sqlite_files(self.path)
+        return self.path
+
+    def opened(self, where: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def remove_sqlite_files(path: str) -> None:
+    """Remove ``path`` and its ``-wal`` / ``-shm`` (a fresh SQLite database)."""
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path + suffix)
+
+
+def has_wal_file(path: str) -> bool:
+    """Did the factory switch ``path`` to WAL mode (is there a ``-wal`` file)?"""
+    return os.path.exists(path + "-wal")
+
+
+def wal_size(path: str | None) -> int:
+    """Size of the ``-wal`` file in bytes (0 if absent): measured, never opened."""
+    try:
+        return os.path.getsize(f"{path}-wal")
+    except (OSError, TypeError):
+        return 0
+
+
+def wal_mark(path: str | None) -> str:
+    """What changes whenever frames are appended to the WAL, whatever the file size:
+    the -wal header (its checkpoint sequence and salts change each time the log
+    restarts from its start) and the -shm index's mxFrame (frames in the log), read as
+    plain files — never through SQLite, which could itself write."""
+    parts = []
+    try:
+        with open(f"{path}-wal", "rb") as fh:
+            parts.append(fh.read(32).hex())
+    except (OSError, TypeError):
+        parts.append("-")
+    try:
+        with open(f"{path}-shm", "rb") as fh:
+            head = fh.read(48)
+        parts.append(str(int.from_bytes(head[16:20], "little")) if len(head) >= 20 else "-")
+    except (OSError, TypeError):
+        parts.append("-")
+    return f"{wal_size(path)}:" + ":".join(parts)
+
+
+def with_database(uri: str, dbname: str) -> str:
+    """``uri`` naming database ``dbname`` instead (path and any ``dbname=`` parameter)."""
+    parts = urlsplit(uri)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "dbname"]
+    return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, urlencode(query), ""))
+
+
+def _redacted(uri: str) -> str:
+    return re.sub(r"//[^@/]*:[^@/]*@", "//***@", uri)
+
+
+class PostgresBackend:
+    """A database of the run's own on a PostgreSQL server, a fresh schema per example.
+
+    ``uri`` is a server to use (``--pg-uri``, else ``$FERRY_PG_URI``); None starts a
+    throwaway cluster (:class:`ferry_harness.runtime.pgserver.PgServer`), stopped and
+    removed by ``close()``. The admin connection is autocommit and only ever reads
+    (the probes) or runs DDL between examples.
+    """
+
+    name = POSTGRES
+
+    def __init__(self, uri: str | None = None) -> None:
+        try:
+            import psycopg  # optional: only a Postgres target needs it
+        except ImportError:
+            raise UsageError("a Postgres target needs psycopg 3: pip install "
+                             "'psycopg[binary]'") from None
+        self._psycopg = psycopg
+        self.server: PgServer | None = None
+        self.admin: Any = None
+        self._dropped_db = False
+        given = uri or os.environ.get(ENV_URI) or None
+        self.given_uri = given
+        self.server_uri = ""
+        self.dbname = f"ferry_run_{os.getpid()}_{secrets.token_hex(3)}"
+        self._previous: str | None = None
+        self.schemas_made = 0
+        try:
+            if given is None:
+                self.server = PgServer().start()
+                self.server_uri = self.server.uri
+            else:
+                self.server_uri = given
+            with psycopg.connect(self.server_uri, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{self.dbname}"')
+            self.uri = with_database(self.server_uri, self.dbname)
+            self.admin = psycopg.connect(self.uri, autocommit=True)
+            self.admin_pid = self.admin.execute("SELECT pg_backend_pid()").fetchone()[0]
+        except psycopg.Error as exc:
+            self.close()
+            raise HarnessError(f"cannot prepare a database on {_redacted(self.server_uri)}: "
+                               f"{str(exc).strip()}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def where_server(self) -> str:
+        """The server, for the report: given (redacted) or the throwaway cluster."""
+        return (_redacted(self.given_uri) if self.given_uri
+                else "a throwaway cluster (ferry_harness.runtime.pgserver)")
+
+    def fresh(self, example: int) -> str:
+        schema = f"ex_{example}"
+        self.admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        self.admin.execute(f'CREATE SCHEMA "{schema}"')
+        self.schemas_made += 1
+        self._pending_drop = self._previous
+        self._previous = schema
+        return schema_uri(self.uri, schema)
+
+    def opened(self, where: str) -> None:
+        """Every worker closed the previous example's store: drop its schema (if a frozen
+        or dying connection still holds a lock on it, leave it to the run's DROP DATABASE)."""
+        old = getattr(self, "_pending_drop", None)
+        self._pending_drop = None
+        if old is None:
+            return
+        try:
+            self.admin.execute("SET lock_timeout = '500ms'")
+            self.admin.execute(f'DROP SCHEMA IF EXISTS "{old}" CASCADE')
+        except self._psycopg.Error:
+            pass
+        finally:
+            with contextlib.suppress(self._psycopg.Error):
+                self.admin.execute("RESET lock_timeout")
+
+    # ------------------------------------------------------------------ probes
+    def next_xid(self) -> int:
+        """The next transaction id to be assigned (xmax of a fresh snapshot): a call that
+        moved it assigned itself (or caused) a transaction id — it wrote."""
+        return int(self.admin.execute(
+            "SELECT txid_snapshot_xmax(txid_current_snapshot())").fetchone()[0])
+
+    def open_transactions(self) -> list[OpenTransaction]:
+        """The run database's connections (not this one) idle in a transaction now and
+        still after a short recheck (a killed worker's backend ends a moment later)."""
+        seen = self._idle_in_tx()
+        for pause in _OPEN_TX_RECHECKS:
+            if not seen:
+                return []
+            time.sleep(pause)
+            again = {o.pid: o for o in self._idle_in_tx()}
+            seen = [again[o.pid] for o in seen if o.pid in again]
+        return seen
+
+    def _idle_in_tx(self) -> list[OpenTransaction]:
+        rows = self.admin.execute(
+            "SELECT pid, extract(epoch FROM now() - xact_start), query FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> %s AND state LIKE 'idle in transaction%%'",
+            (self.dbname, self.admin_pid)).fetchall()
+        return [OpenTransaction(pid=int(p), since_s=round(float(s or 0), 3), query=str(q or ""))
+                for p, s, q in rows]
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Drop the run's database (its connections forced out) and stop a cluster we
+        started. Idempotent; never raises."""
+        if self.admin is not None:
+            with contextlib.suppress(Exception):
+                self.admin.close()
+            self.admin = None
+        if not self._dropped_db and self.server_uri:
+            self._dropped_db = True
+            with contextlib.suppress(Exception), self._psycopg.connect(
+                    self.server_uri, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def open_tx_text(pg: PostgresBackend) -> str:
+    """The target's connections idle in transaction now, as one line ("" when none)."""
+    return "; ".join(f"server pid {o.pid}, open {o.since_s}s, last statement "
+                     f"{o.query[:160]!r}" for o in pg.open_transactions())
+
+
+@contextlib.contextmanager
+def opened_backend(name: str, *, directory: str, pg_uri: str | None = None) -> Iterator[Backend]:
+    """The backend ``name`` for one run, closed when the block ends."""
+    b: Backend = PostgresBackend(pg_uri) if name == POSTGRES else SqliteBackend(directory)
+    try:
+        yield b
+    finally:
+        b.close()

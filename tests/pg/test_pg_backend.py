@@ -1,0 +1,143 @@
+"""The harness on a Postgres target (PROTOCOL.md#postgres-targets): the backend a factory
+declares, the URI it gets, the two probes (transaction ids, connections idle in
+transaction) with a broken store that makes each fire and PgLeaseStore passing, schedule
+mode refused up front, and (thorough) short fuzz runs of the broken Postgres stores."""
+
+from __future__ import annotations
+
+import pytest
+
+from ferry_core import LeaseStore, ManualClock, PgLeaseStore
+from ferry_harness.cli.main import main
+from ferry_harness.errors import UsageError
+from ferry_harness.run.campaign import Campaign, CampaignConfig, Runner
+from ferry_harness.run.steps import Dispatch, IdlePoll, Reads
+from ferry_harness.runtime.backend import (
+    PostgresBackend,
+    backend_of,
+    refuse_unhooked_mode,
+    with_database,
+)
+from tests.pg.broken_pg_stores import BROKEN_PG, HeartbeatPollStore, OpenAfterReadStore
+
+T0 = 1_000_000_000
+PROBE_STEPS = [Dispatch(queue_ttl_ms=60_000, exec_ttl_ms=60_000), IdlePoll(), Reads()]
+
+
+def test_a_factory_declares_its_backend_and_sqlite_is_the_default():
+    assert backend_of(PgLeaseStore) == "postgres"
+    assert backend_of(LeaseStore) == "sqlite"
+    assert backend_of(lambda where, *, clock: None) == "sqlite"
+
+    def odd(where, *, clock):
+        return None
+
+    odd.ferry_backend = "mysql"
+    with pytest.raises(UsageError, match="ferry_backend"):
+        backend_of(odd)
+
+
+def test_the_run_database_replaces_the_uri_database_only():
+    uri = "postgresql://postgres@/postgres?host=%2Ftmp%2Fs&port=5432&dbname=x"
+    got = with_database(uri, "ferry_run_1")
+    assert got.startswith("postgresql://postgres@/ferry_run_1?")
+    assert "host=%2Ftmp%2Fs" in got and "port=5432" in got and "dbname" not in got
+
+
+def test_schedule_mode_is_refused_for_a_postgres_target_up_front(tmp_path, capsys):
+    with pytest.raises(UsageError, match="--mode schedule"):
+        refuse_unhooked_mode("t", PgLeaseStore, "schedule")
+    refuse_unhooked_mode("t", LeaseStore, "schedule")  # SQLite: schedule mode as before
+    code = main(["fuzz", "--target", "ferry_core:PgLeaseStore", "--mode", "schedule",
+                 "--budget", "5", "--quiet", "--report-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and "psycopg" in err and "--mode stress" in err
+    assert not (tmp_path / "r" / "report.json").exists()
+
+
+def test_the_backend_probes_see_a_transaction_id_and_an_open_transaction(pg_uri):
+    """Direct: PgLeaseStore's idle poll and reads move nothing; the heartbeat poll moves
+    the next transaction id; the read that leaves BEGIN open is seen idle in transaction."""
+    pg = PostgresBackend(pg_uri)
+    try:
+        where = pg.fresh(1)
+        assert "search_path%3Dex_1" in where and pg.dbname in where
+        clock = ManualClock(T0)
+        with PgLeaseStore(where, clock=clock) as good:
+            tid = good.dispatch(None)
+            before = pg.next_xid()
+            assert good.claim(tid, "a") is not None
+            assert pg.next_xid() > before  # the probe does see a write
+            before = pg.next_xid()
+            assert good.poll_next("a") is None
+            good.get(tid)
+            good.inspect()
+            assert pg.next_xid() == before
+            assert pg.open_transactions() == []
+        where = pg.fresh(2)
+        pg.opened(where)  # drops ex_1
+        with HeartbeatPollStore(where, clock=clock) as beat:
+            before = pg.next_xid()
+            assert beat.poll_next("a") is None
+            assert pg.next_xid() > before
+        with OpenAfterReadStore(where, clock=clock) as lingering:
+            tid = lingering.dispatch(None)
+            lingering.get(tid)
+            seen = pg.open_transactions()
+            assert len(seen) == 1 and seen[0].query == "SELECT 1"
+            lingering.inspect()  # the next call commits it
+            assert pg.open_transactions() == []
+        schemas = {r[0] for r in pg.admin.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'ex_%'").fetchall()}
+        assert schemas == {"ex_2"}
+    finally:
+        pg.close()
+    import psycopg  # the pg_uri fixture skipped already when it is missing
+
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                            (pg.dbname,)).fetchall()
+    assert left == [], "the run's database outlived close()"
+
+
+@pytest.mark.parametrize("target, invariant", [
+    ("ferry_core:PgLeaseStore", None),
+    ("tests.pg.broken_pg_stores:HeartbeatPollStore", "idle-no-write"),
+    ("tests.pg.broken_pg_stores:OpenAfterReadStore", "wal-bounded"),
+])
+def test_the_executor_files_the_postgres_meanings(pg_uri, target, invariant):
+    with Runner(CampaignConfig(target=target, workers=2, pg_uri=pg_uri)) as r:
+        found, ex = r.run_steps(PROBE_STEPS)
+    assert "pg-probes" in ex.capabilities and "wal-file" not in ex.capabilities
+    assert any(o.extra.get("xid_before") is not None for o in ex.history), "nothing measured"
+    if invariant is None:
+        assert found == []
+    else:
+        assert found and found[0].invariant == invariant
+        assert found[0].protocol == "PROTOCOL.md#postgres-targets"
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("target", sorted(BROKEN_PG))
+def test_a_short_fuzz_names_each_broken_postgres_store(pg_uri, tmp_path, target, ferry_budget):
+    cfg = CampaignConfig(target=f"tests.pg.broken_pg_stores:{target}", budget_s=15 * ferry_budget,
+                         seed=0, report_dir=str(tmp_path), pg_uri=pg_uri)
+    out = Campaign(cfg).run()
+    assert out.verdict == "fail"
+    assert out.report.violations[0].invariant == BROKEN_PG[target]
+
+
+@pytest.mark.thorough
+def test_pg_lease_store_passes_a_short_fuzz_and_the_report_names_the_backend(pg_uri, tmp_path,
+                                                                             ferry_budget):
+    cfg = CampaignConfig(target="ferry_core:PgLeaseStore", budget_s=8 * ferry_budget, seed=0,
+                         report_dir=str(tmp_path), pg_uri=pg_uri)
+    out = Campaign(cfg).run()
+    assert out.verdict == "pass", [str(v.message) for v in out.report.violations]
+    rep = out.report
+    assert rep.backend is not None and rep.backend.name == "postgres"
+    assert rep.invariants["integrity"].startswith("skipped (SQLite only")
+    assert rep.invariants["idle-no-write"].startswith("checked (")
+    assert rep.invariants["wal-bounded"].startswith("checked (")
+    assert "wal-bounded (-wal file)" in rep.backend.skipped
