@@ -64,11 +64,22 @@ def _status(store, task_id):
     return store.get(task_id)["status"]
 
 
+@pytest.fixture
+def next_xid(pg_uri):
+    """The server's next transaction id, read on a connection of the test's own."""
+    import psycopg
+
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        yield lambda: conn.execute("SELECT txid_snapshot_xmax(txid_current_snapshot())").fetchone()[0]
+
+
 @pytest.mark.parametrize("lib", sorted(LIBRARIES))
-def test_round_trip(workers, lib):
+def test_round_trip(workers, next_xid, lib):
     mod, clock, (a, b) = workers(lib)
     assert mod.make_store.ferry_backend == "postgres"
-    assert a.poll_next("alice") is None  # nothing queued
+    before = next_xid()
+    assert a.poll_next("alice") is None  # nothing queued: an idle poll assigns no xid
+    assert next_xid() == before
     t = a.dispatch(None, title="t", payload={"n": 1}, queue_ttl_ms=10_000, exec_ttl_ms=50)
     assert _status(b, t) == "SUBMITTED"
     c = b.poll_next("bob")  # claimable at its dispatch instant
@@ -79,6 +90,9 @@ def test_round_trip(workers, lib):
         b.fulfill(t, "bob", "forged", "r")
     with pytest.raises(TokenRequired):
         b.fulfill(t, "bob", None, "r")
+    before = next_xid()
+    assert a.poll_next("alice") is None and _status(a, t) == "CLAIMED"  # reads write nothing
+    assert next_xid() == before
     b.fulfill(t, "bob", c.token, "r")
     assert _status(a, t) == "COMPLETED"
 
@@ -148,3 +162,25 @@ def test_parse_where_and_conversions():
         assert _pgclock.to_ms(_pgclock.to_datetime(ms)) == ms
     assert _pgclock.unmovable_time("SELECT now(), CURRENT_TIMESTAMP, 'now'::date") == [
         "'NOW'", "CURRENT_TIMESTAMP"]
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("lib", sorted(LIBRARIES))
+def test_the_harness_names_the_stale_completion(pg_uri, lib):
+    """The same story through the harness's Postgres backend (worker processes, a schema
+    per example): the stalled holder's completion over the live claim is token-unique."""
+    _adapter(lib)
+    from ferry_harness.run.campaign import CampaignConfig, Runner
+    from ferry_harness.run.steps import Clock, Dispatch
+    from tests.steps import claim, holder, via_json
+
+    steps = [Dispatch(target_agent=None, queue_ttl_ms=10_000, exec_ttl_ms=50, max_attempts=2),
+             claim("alice"), Clock(claim=0, offset=0), claim("bob"),
+             holder("fulfill", claim=1), holder("fulfill", claim=0)]
+    with Runner(CampaignConfig(target=f"ferry_harness.adapters.{lib}:make_store",
+                               workers=2, pg_uri=pg_uri)) as runner:
+        for _ in range(2):
+            found, _ex = runner.run_steps(via_json(steps))
+            assert [v.invariant for v in found] == ["token-unique"], found
+            assert "accepted a retired token" in found[0].message
+            assert "current holder 'bob', status CLAIMED" in found[0].message
