@@ -31,6 +31,7 @@ adapter can check and say so.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import re
 from dataclasses import dataclass
@@ -113,3 +114,18 @@ def to_ms(value: _dt.datetime) -> int:
 def unmovable_time(sql_text: str) -> list[str]:
     """The time keywords and literals in ``sql_text`` that the clock schema cannot move."""
     return sorted({m.group(0).upper() for m in _UNMOVABLE.finditer(sql_text)})
+
+
+def close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Close an adapter's private event loop, cancelling what the library left running
+    on it (a pool's background workers), so nothing complains at interpreter exit."""
+    if loop.is_closed():
+        return
+    try:
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    finally:
+        loop.close()

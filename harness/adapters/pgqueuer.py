@@ -41,8 +41,8 @@ Mapping (:func:`make_store`):
   NOW() - STALL_MS``, so the claim's ``lease_expires_at`` is ``claimed_at + STALL_MS + 1``
   (the library's strict ``<``, made half-open), declared ``lease-at-claim``:
   ``heartbeat_timeout`` is one number per dequeue, not ``dispatch``'s ``exec_ttl_ms``;
-- ``get`` = ``queue_job_by_id`` (queued SUBMITTED, picked CLAIMED — logically expired once
-  stale —, failed FAILED), else the last ``pgqueuer_log`` status (``job_status``):
+- ``get`` = ``queue_job_by_id`` (queued SUBMITTED, picked CLAIMED — ``lease_expires_at``
+  from its ``heartbeat``, logically expired once stale —, failed FAILED), else the last ``pgqueuer_log`` status (``job_status``):
   successful COMPLETED, exception / failed / canceled / deleted FAILED.
 
 Time: every ``NOW()`` of the library's SQL and its column defaults are the harness clock
@@ -241,10 +241,12 @@ class PgQueuerStore:
             await self._tick()
             job = await self.q.queue_job_by_id(job_id)
             if job is not None:
-                stale = (job.status == "picked"
-                         and self.now > _pgclock.to_ms(job.heartbeat) + STALL_MS)
-                return {"task_id": task_id, "status": QUEUED.get(job.status, job.status),
-                        "is_logically_expired": stale}
+                view = {"task_id": task_id, "status": QUEUED.get(job.status, job.status),
+                        "is_logically_expired": False}
+                if job.status == "picked":  # stale (the dequeue's test) from heartbeat + timeout
+                    ends = _pgclock.to_ms(job.heartbeat) + STALL_MS + 1
+                    view.update(lease_expires_at=ends, is_logically_expired=self.now >= ends)
+                return view
             logged = await self.q.job_status([job_id])
             if not logged:
                 raise NotFound(f"{LIBRARY}: job {job_id} does not exist")
@@ -260,8 +262,7 @@ class PgQueuerStore:
         except Exception:  # a connection the server already dropped
             pass
         finally:
-            if not self.loop.is_closed():
-                self.loop.close()
+            _pgclock.close_loop(self.loop)
 
 
 def make_store(where: str, *, clock: Callable[[], int]) -> PgQueuerStore:

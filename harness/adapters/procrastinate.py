@@ -42,7 +42,8 @@ Mapping (:func:`make_store`):
   else finished ``aborted`` (shown ``TIMED_OUT``) — the cap is the recipe's, procrastinate
   retries stalled jobs without one;
 - ``get`` / ``inspect`` = ``list_jobs_async``: ``todo`` SUBMITTED, ``doing`` CLAIMED
-  (``is_logically_expired`` when ``get_stalled_jobs`` lists it), ``succeeded`` COMPLETED,
+  (``lease_expires_at`` from its worker's ``last_heartbeat``, ``is_logically_expired``
+  by the stall test of ``get_stalled_jobs``), ``succeeded`` COMPLETED,
   ``failed`` FAILED, ``aborted`` TIMED_OUT; ``attempt`` = ``attempts`` (+1 while doing).
 
 Time: every ``now()`` of the library's SQL is the harness clock (:mod:`._pgclock`); the
@@ -266,16 +267,25 @@ class ProcrastinateStore:
             j, retry_at=_pgclock.to_datetime(self.now)))
 
     # ---------------------------------------------------------------- reads
-    def _view(self, job: jobs.Job, stalled: set[int]) -> dict[str, Any]:
+    def _view(self, job: jobs.Job, beats: dict[int, int]) -> dict[str, Any]:
+        """A job row as a view. While ``doing``, its lease ends one ms after its worker's
+        heartbeat plus the stall timeout; ``is_logically_expired`` is the library's own
+        stall test (``last_heartbeat < now - timeout``, or no worker at all)."""
         status = STATUS.get(str(job.status), str(job.status))
         doing = job.status == "doing"
-        return {"task_id": str(job.id), "status": status,
-                "is_logically_expired": doing and job.id in stalled,
-                "attempt": job.attempts + (1 if doing else 0)}
+        view: dict[str, Any] = {"task_id": str(job.id), "status": status,
+                                "is_logically_expired": False,
+                                "attempt": job.attempts + (1 if doing else 0)}
+        if doing:
+            beat = beats.get(job.worker_id) if job.worker_id is not None else None
+            ends = self.now if beat is None else beat + STALL_MS + 1
+            view.update(lease_expires_at=ends, is_logically_expired=self.now >= ends)
+        return view
 
-    async def _stalled(self) -> set[int]:
-        jobs_ = await self.jm.get_stalled_jobs(queue=QUEUE, seconds_since_heartbeat=STALL_MS / 1000)
-        return {j.id for j in jobs_}
+    async def _beats(self) -> dict[int, int]:
+        """Each worker's last heartbeat, in harness ms (a read of procrastinate_workers)."""
+        rows = await self._q("SELECT id, last_heartbeat FROM procrastinate_workers")
+        return {r["id"]: _pgclock.to_ms(r["last_heartbeat"]) for r in rows}
 
     def get(self, task_id: str) -> dict[str, Any]:
         job_id = _job_id(task_id)
@@ -285,15 +295,15 @@ class ProcrastinateStore:
             found = await self.jm.list_jobs_async(id=job_id, queue=QUEUE)
             if not found:
                 raise NotFound(f"{LIBRARY}: job {job_id} does not exist")
-            return self._view(next(iter(found)), await self._stalled())
+            return self._view(next(iter(found)), await self._beats())
 
         return self._run(go())
 
     def inspect(self, agent_id: str | None = None) -> list[dict[str, Any]]:
         async def go() -> list[dict[str, Any]]:
             await self._tick()
-            stalled = await self._stalled()
-            return [self._view(j, stalled) for j in await self.jm.list_jobs_async(queue=QUEUE)]
+            beats = await self._beats()
+            return [self._view(j, beats) for j in await self.jm.list_jobs_async(queue=QUEUE)]
 
         return self._run(go())
 
@@ -304,8 +314,7 @@ class ProcrastinateStore:
         except Exception:  # closing a pool that never opened
             pass
         finally:
-            if not self.loop.is_closed():
-                self.loop.close()
+            _pgclock.close_loop(self.loop)
 
 
 def make_store(where: str, *, clock: Callable[[], int]) -> ProcrastinateStore:
