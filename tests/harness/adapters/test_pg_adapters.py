@@ -184,3 +184,43 @@ def test_the_harness_names_the_stale_completion(pg_uri, lib):
             assert [v.invariant for v in found] == ["token-unique"], found
             assert "accepted a retired token" in found[0].message
             assert "current holder 'bob', status CLAIMED" in found[0].message
+
+
+@pytest.mark.parametrize("lib", sorted(LIBRARIES))
+def test_the_fenced_control_refuses_the_stalled_holder(where, lib):
+    """The control (tests/harness/adapters/fenced_pg.py: the library's statement plus the
+    guard) on the same story: A's late completion is refused, B's is kept. What the
+    adapters' test above sees is therefore the libraries' unguarded completion."""
+    _adapter(lib)
+    from tests.harness.adapters import fenced_pg
+
+    clock = ManualClock(1_000_000_000)
+    make = getattr(fenced_pg, f"make_{lib}")
+    a, b = make(where, clock=clock), make(where, clock=clock)
+    try:
+        t = a.dispatch(None, queue_ttl_ms=10_000, exec_ttl_ms=50, max_attempts=2)
+        ca = a.poll_next("alice")
+        clock.set(ca.lease_expires_at)
+        cb = b.poll_next("bob")
+        with pytest.raises(WrongState):
+            a.fulfill(t, "alice", ca.token, "late")
+        assert _status(a, t) == "CLAIMED"
+        b.fulfill(t, "bob", cb.token, "live")
+        assert _status(a, t) == "COMPLETED"
+        with pytest.raises(WrongState):
+            b.fulfill(t, "bob", cb.token, "again")
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.thorough
+def test_the_fenced_procrastinate_control_passes_a_fuzz(pg_uri, tmp_path):
+    """The whole mapping (clock, stall lease, views, idle polls) raises no finding of its own."""
+    _adapter("procrastinate")
+    from ferry_harness.run.campaign import Campaign, CampaignConfig
+
+    cfg = CampaignConfig(target="tests.harness.adapters.fenced_pg:make_procrastinate",
+                         budget_s=15, seed=0, report_dir=str(tmp_path / "r"), pg_uri=pg_uri)
+    outcome = Campaign(cfg).run()
+    assert outcome.verdict == "pass", outcome.failure and outcome.failure.violations[0].message
