@@ -53,7 +53,19 @@ the last lease the protocol wants ``TIMED_OUT``, pgqueuer hands the job out agai
 ferry reports); no per-agent tasks, dependencies, queue window, results, limits, daemon
 locks; no claim of one named job, no ``attempt`` count of picks; no refusals at all (no
 ``typed-refusals``). The heartbeat (``update_heartbeat``, also unfenced) is not mapped as
-``extend``, so the findings stay on completion.
+``extend``, so the findings stay on completion. There is no configuration that fences
+completion.
+
+What ferry finds (``ferry-harness fuzz --target ferry_harness.adapters.pgqueuer:make_store
+--budget 60 --seed 0``): ``token-unique`` — a second ``log_jobs`` of a job already completed
+is accepted in silence (3 steps, replays 10/10); after a stale re-pick the stalled holder's
+completion deletes the live holder's job and the live holder's own completion is dropped
+without a word (tests/harness/adapters/test_pg_adapters.py). Also ``no-lost-task``, a race:
+one dequeue locks a queued job *and* a stale one (its two ``FOR UPDATE SKIP LOCKED``
+CTEs) but claims only one, so a concurrent dequeue comes back empty while a job is ready
+(replays 0–4/10). The control with only the completion fenced
+(tests/harness/adapters/fenced_pg.py) still fails ``no-lost-task``: the stale re-pick of a
+job past its ``max_attempts``.
 """
 
 from __future__ import annotations

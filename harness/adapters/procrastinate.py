@@ -53,7 +53,17 @@ explicitly as the harness instant.
 What procrastinate cannot express: no per-agent tasks, no dependencies, no queue window,
 no stored results, no limits, no daemon locks; no claim of one named job; no per-job lease
 renewal (the heartbeat is per worker and never refuses: it is not mapped as ``extend``);
-refusals are one untyped ``RAISE`` (no ``typed-refusals``).
+refusals are one untyped ``RAISE`` (no ``typed-refusals``). There is no configuration that
+fences completion (``delete_job=True`` deletes by id just the same).
+
+What ferry finds (``ferry-harness fuzz --target
+ferry_harness.adapters.procrastinate:make_store --budget 60 --seed 0``): ``lease-half-open``
+— the stalled holder's ``release`` (or ``fulfill``) is accepted after its lease ended,
+before anyone took the job over (4 steps, replays 10/10). Once another worker has taken it
+(the stall recipe, then a fetch), the same late completion is ``token-unique`` (a retired
+claim accepted while the live holder runs) and the live holder's own ``finish_job`` then
+hits the ``RAISE``: tests/harness/adapters/test_pg_adapters.py. The control with only the
+completion fenced (tests/harness/adapters/fenced_pg.py) passes.
 """
 
 from __future__ import annotations
