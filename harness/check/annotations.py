@@ -36,6 +36,10 @@ class Probe:
     holder_op: int  # history index of the faulted holder's op
     by: str = "claim"  # the rescuers' op: "claim", or "poll_next" on a poll-only queue
     at: str  # "expires-1", "expires", "later" or "after-expires" (the clock had passed)
+    # the frozen holder's call may run to its end in the server while its client is
+    # stopped (a Postgres target, PROTOCOL.md#postgres-targets): once it is accepted, the
+    # task may have been finished before the rescuers came
+    server_side: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,6 +10,7 @@ from typing import Any
 from ferry_harness.cli.args import fraction, positive_int, random_seed, seed
 from ferry_harness.errors import ExitCode
 from ferry_harness.report.paths import check_report_dir
+from ferry_harness.runtime.backend import refuse_postgres
 from ferry_harness.runtime.target import add_target_option, load_factory
 from ferry_harness.tools.crash import Crash, CrashConfig, Tally, summary_lines, write_report
 
@@ -43,7 +44,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_crash(args: argparse.Namespace) -> int:
-    load_factory(args.target)
+    refuse_postgres("crash", args.target, load_factory(args.target))
     if args.report_dir:
         check_report_dir(args.report_dir)
     run_seed = args.seed if args.seed is not None else random_seed()

@@ -293,9 +293,14 @@ class FerryItem(pytest.Item):
         from ferry_harness.runtime.target import load_factory
 
         try:
-            load_factory(self._target)
+            factory = load_factory(self._target)
         except TargetError as exc:
             raise _violation("target", str(exc), None) from None
+        from ferry_harness.runtime.backend import POSTGRES, backend_of  # lazy: as above
+
+        if self.kind == "scenario" and backend_of(factory) == POSTGRES:
+            pytest.skip("the scenarios run SQLite targets only; a Postgres target is fuzzed "
+                        "(PROTOCOL.md#postgres-targets)")
         hung = _HUNG.get(self._target)
         if hung is not None:  # every further run would only wait out the same hang
             raise _violation("liveness", f"not run: the target hung in {hung} (see that "
@@ -627,9 +632,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     # lazy: this plugin loads in every pytest session; the harness only when used
     from ferry_harness.errors import FerryHarnessError
+    from ferry_harness.runtime.backend import POSTGRES, backend_of
     from ferry_harness.runtime.client import WorkerPool
     from ferry_harness.runtime.clock import SharedClock
+    from ferry_harness.runtime.target import load_factory
 
+    try:
+        if backend_of(load_factory(st.target)) == POSTGRES:
+            return  # its factory needs a server: the fuzz item opens it (and says why not)
+    except FerryHarnessError as exc:
+        raise pytest.UsageError(f"{_raw(config, 'target')[1]} {st.target}: {exc}") from None
     with tempfile.TemporaryDirectory(prefix="ferry-probe-") as tmp:
         try:
             with WorkerPool(st.target, SharedClock(), 2) as pool:

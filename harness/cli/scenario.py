@@ -34,6 +34,7 @@ from ferry_harness.report.schema import (
     ScenarioStats,
     violation_entry,
 )
+from ferry_harness.runtime.backend import refuse_postgres
 from ferry_harness.runtime.client import WorkerPool
 from ferry_harness.runtime.clock import SharedClock
 from ferry_harness.runtime.provenance import provenance
@@ -86,7 +87,8 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     if args.list:
         _print_list(SCENARIOS)
         return ExitCode.OK
-    load_factory(args.target)  # a bad --target is a usage error (exit 2), before any fork
+    # a bad --target is a usage error (exit 2), before any fork
+    refuse_postgres("scenarios", args.target, load_factory(args.target))
     if args.report_dir:
         check_report_dir(args.report_dir)
     chosen = [SCENARIOS[n] for n in dict.fromkeys(args.names)] or list(SCENARIOS.values())

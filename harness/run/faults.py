@@ -579,7 +579,8 @@ class FaultRunner:
         left = view.get("attempt", 1) < view.get("max_attempts", 1)
         info: dict[str, Any] | None = {
             "task": c.task_id, "expires": c.expires, "attempts_left": left, "cause": cause,
-            "holder_op": holder_op.index, "by": rescue[0].op} if certain else None
+            "holder_op": holder_op.index, "by": rescue[0].op,
+            "server_side": in_flight and "pg-probes" in self.ex.capabilities} if certain else None
 
         def race(_task: str, at: str) -> list[Op]:
             won, other = self._rescue_round(rescue, c, info, at)

@@ -14,6 +14,16 @@ string the *backend* makes, one per example:
   a call that assigned itself a transaction id moved it — autovacuum must be off, as in the
   throwaway cluster) and the run database's connections left ``idle in transaction``.
 
+The probes, per backend (what the executor measures around calls):
+
+- SQLite: ``wal_size`` / ``wal_mark`` (the ``-wal`` size and its header / ``-shm``
+  frame count: ``idle-no-write``, ``wal-bounded``); ``PRAGMA integrity_check`` runs in
+  the worker pool's reader process (:meth:`ferry_harness.runtime.client.WorkerPool.integrity`),
+  which never loads the target; the nemesis aims kills with the ``-shm`` locks.
+- Postgres: :meth:`PostgresBackend.next_xid` (``idle-no-write``) and
+  :meth:`PostgresBackend.open_transactions` (``wal-bounded``); no integrity check and no
+  aimed kills (there is no file to read).
+
 A target says which backend it needs with an attribute on its factory (a class or a
 function): ``ferry_backend = "postgres"``; without one it is ``"sqlite"``
 (PROTOCOL.md#postgres-targets). The backend never loads the target; it only prepares and
@@ -75,6 +85,15 @@ def refuse_unhooked_mode(target: str, factory: Any, mode: str) -> None:
     if mode == "schedule" and backend_of(factory) == POSTGRES:
         raise UsageError(f"--mode schedule cannot run the Postgres target {target}: schedule "
                          "mode hooks SQLite statements and psycopg has none; use --mode stress")
+
+
+def refuse_postgres(command: str, target: str, factory: Any) -> None:
+    """Commands that still make a SQLite file (scenario, crash) refuse a Postgres target
+    with one clear line instead of handing its factory a path."""
+    if backend_of(factory) == POSTGRES:
+        raise UsageError(f"ferry-harness {command} runs SQLite targets only; {target} is a "
+                         "Postgres target (ferry_backend = 'postgres'): run ferry-harness fuzz "
+                         "on it (PROTOCOL.md#postgres-targets)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,7 +219,8 @@ class PostgresBackend:
         self.given_uri = given
         self.server_uri = ""
         self.dbname = f"ferry_run_{os.getpid()}_{secrets.token_hex(3)}"
-        self._previous: str | None = None
+        self._previous: str | None = None  # the schema of the example running now
+        self._pending_drop: str | None = None  # the one before: dropped once it is closed
         self.schemas_made = 0
         try:
             if given is None:
@@ -239,8 +259,7 @@ class PostgresBackend:
     def opened(self, where: str) -> None:
         """Every worker closed the previous example's store: drop its schema (if a frozen
         or dying connection still holds a lock on it, leave it to the run's DROP DATABASE)."""
-        old = getattr(self, "_pending_drop", None)
-        self._pending_drop = None
+        old, self._pending_drop = self._pending_drop, None
         if old is None:
             return
         try:

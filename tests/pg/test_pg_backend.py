@@ -120,8 +120,9 @@ def test_the_executor_files_the_postgres_meanings(pg_uri, target, invariant):
 
 @pytest.mark.thorough
 @pytest.mark.parametrize("target", sorted(BROKEN_PG))
-def test_a_short_fuzz_names_each_broken_postgres_store(pg_uri, tmp_path, target, ferry_budget):
-    cfg = CampaignConfig(target=f"tests.pg.broken_pg_stores:{target}", budget_s=15 * ferry_budget,
+def test_a_short_fuzz_names_each_broken_postgres_store(pg_uri, tmp_path, target):
+    # a failing search stops at its first find: the budget is only an upper bound
+    cfg = CampaignConfig(target=f"tests.pg.broken_pg_stores:{target}", budget_s=15,
                          seed=0, report_dir=str(tmp_path), pg_uri=pg_uri)
     out = Campaign(cfg).run()
     assert out.verdict == "fail"
@@ -141,3 +142,54 @@ def test_pg_lease_store_passes_a_short_fuzz_and_the_report_names_the_backend(pg_
     assert rep.invariants["idle-no-write"].startswith("checked (")
     assert rep.invariants["wal-bounded"].startswith("checked (")
     assert "wal-bounded (-wal file)" in rep.backend.skipped
+
+
+@pytest.mark.parametrize("server_side", [False, True])
+def test_a_frozen_holders_accepted_fulfill_explains_rescuers_finding_nothing(server_side):
+    """The pause probe: rescuers at ``expires`` find nothing to claim while the frozen
+    holder's fulfill was in flight and then accepted. On SQLite (the client frozen, its
+    write not started) that is a late lease; on Postgres the statement may have finished
+    the task in the server meanwhile (PROTOCOL.md#postgres-targets), so it is no finding."""
+    from ferry_harness.check.annotations import Probe, mark
+    from ferry_harness.check.checker import Checker
+    from tests.histories import SPEC_STORE, TOKEN_A, Recorder
+
+    r = Recorder()
+    r.dispatch()
+    r.claim("alice", TOKEN_A)  # lease [T0, T0 + 50)
+    zombie = r.op("fulfill", "alice", {"task_id": "t1", "token": TOKEN_A, "result": 1},
+                  now=T0 + 10)
+    info = dict(task="t1", expires=T0 + 50, attempts_left=True, cause="paused",
+                holder_op=zombie.index, server_side=server_side)
+    for at, now in (("expires-1", T0 + 49), ("expires", T0 + 50)):
+        for n in range(3):
+            mark(r.op("claim", "alice", {"task_id": "t1"}, now=now, value=None,
+                      concurrent=n > 0), Probe(**info, at=at))
+    zombie.complete_ns = r._ns + 1_000  # frozen in flight across the rescuers' races
+    found = [v for v in Checker(SPEC_STORE).check(r.history) if "rescuers could" in v.message]
+    assert bool(found) is not server_side
+
+
+@pytest.mark.parametrize("command", ["scenarios", "crash"])
+def test_commands_that_make_a_sqlite_file_refuse_a_postgres_target(command, capsys):
+    assert main([command, "--target", "ferry_core:PgLeaseStore"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "runs SQLite targets only" in err
+
+
+def test_a_run_without_a_server_starts_a_cluster_and_removes_it_even_after_an_error(
+        pg_uri, monkeypatch):
+    """No --pg-uri, no FERRY_PG_URI: the run starts its own throwaway cluster, and ends it
+    however the run ends (pg_uri only skips the test where PostgreSQL is missing)."""
+    import os
+
+    from ferry_harness.runtime.pgserver import ENV_URI
+
+    monkeypatch.delenv(ENV_URI, raising=False)
+    with pytest.raises(RuntimeError, match="boom"):
+        with Runner(CampaignConfig(target="ferry_core:PgLeaseStore", workers=2)) as r:
+            assert r.backend.server is not None
+            directory = r.backend.server.directory
+            assert os.path.isdir(directory)
+            raise RuntimeError("boom")
+    assert not os.path.exists(directory)

@@ -63,7 +63,8 @@ class FaultProbes:
                     f"{len(won)} rescuers reclaimed task {p.task} at t={won[0].now}; exactly "
                     "one may", ops=ids))
             elif (at != "expires-1" and not won and p.attempts_left
-                  and all(o.type == OK for o in group)):
+                  and all(o.type == OK for o in group)
+                  and not (p.server_side and self._accepted(run, fresh, holder))):
                 out.append(Violation(
                     "lease-half-open",
                     f"the holder of task {p.task} was {who} (op #{holder}) and left it "
@@ -72,3 +73,14 @@ class FaultProbes:
                     "lease must end at lease_expires_at, not later",
                     ops=[holder, *ids]))
         return out
+
+    @staticmethod
+    def _accepted(run: RunState, fresh: list[Op], index: int) -> bool:
+        """Was op ``index`` (the frozen holder's call) accepted? On a Postgres target its
+        statement may have finished the task in the server while the client was stopped,
+        so rescuers finding nothing at ``expires`` is no late lease (PROTOCOL.md#postgres-targets)."""
+        op = next((o for o in fresh if o.index == index), None)
+        if op is None:
+            history = run.ref()
+            op = next((o for o in history.ops if o.index == index), None) if history else None
+        return op is not None and op.type == OK
