@@ -1,4 +1,9 @@
-"""Third-party SQLite queues presented through the store protocol (PROTOCOL.md#operations).
+"""Third-party queues presented through the store protocol (PROTOCOL.md#operations).
+
+SQLite queues (persist_queue, litequeue, localqueue, huey, simplebroker) and, as Postgres
+targets (``ferry_backend = "postgres"``, PROTOCOL.md#postgres-targets: the factory gets a
+libpq URI naming the example's schema), procrastinate and pgqueuer, whose SQL reads the
+harness clock through :mod:`._pgclock`.
 
 One module per library; each exposes ``make_store(path, *, clock)`` and is a fuzz target::
 

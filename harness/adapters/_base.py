@@ -16,6 +16,8 @@ ADAPTERS: dict[str, str] = {
     "localqueue": "localqueue",
     "huey": "huey",
     "simplebroker": "simplebroker",
+    "procrastinate": "procrastinate",  # PostgreSQL (ferry_backend = "postgres")
+    "pgqueuer": "pgqueuer",  # PostgreSQL (ferry_backend = "postgres")
 }
 
 
