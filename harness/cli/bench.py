@@ -71,6 +71,7 @@ class BenchOptions(TypedDict):
     tasks: int
     timeout_s: float
     db_dir: str | None
+    pg_uri: str | None
 
 
 def parse_options(args: argparse.Namespace) -> BenchOptions:
@@ -105,6 +106,7 @@ def parse_options(args: argparse.Namespace) -> BenchOptions:
         "strategies": _choices("--strategy", strategy, STRATEGIES),
         "policies": _choices("--busy-policy", policy, sorted(POLICIES)),
         "tasks": tasks, "timeout_s": timeout, "db_dir": args.db_dir,
+        "pg_uri": getattr(args, "pg_uri", None),
     }
     if args.db_dir and not (os.path.isdir(args.db_dir) and os.access(args.db_dir, os.W_OK)):
         raise BenchUsageError(f"--db-dir: {args.db_dir!r} is not a writable directory")
@@ -204,7 +206,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         result = run_bench(opts["target"], opts["workers"], opts["strategies"], opts["policies"],
                            opts["tasks"], repeat=opts["repeat"], timeout_s=opts["timeout_s"],
                            progress=show,
-                           db_dir=opts["db_dir"])
+                           db_dir=opts["db_dir"], pg_uri=opts["pg_uri"])
     finally:
         show.stop()
     files: list[str] = []
@@ -284,6 +286,10 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--db-dir", default=None, metavar="DIR",
                    help="where the benchmark databases go (default: the system temp dir); "
                    "its file system matters: checkpoints fsync on a disk, not on tmpfs")
+    p.add_argument("--pg-uri", default=None, metavar="URI",
+                   help="a Postgres target runs on this server (a libpq URI; default: "
+                   "$FERRY_PG_URI, else a throwaway cluster started for the bench); each run "
+                   "makes and drops a schema of its own")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the results here")
     p.add_argument("--report-dir", default=None, metavar="DIR",
                    help="write report.md, bench.json and PNG plots here")

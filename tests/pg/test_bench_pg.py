@@ -36,12 +36,12 @@ def test_the_database_check_fails_when_a_task_is_not_completed(pg_uri, pg_schema
     assert verify_pg_lease_store(pg_uri, pg_schema, 3)["ok"]
 
 
-def test_bench_compares_sqlite_and_postgres_in_one_run(pg_uri, monkeypatch):
-    monkeypatch.setenv(pgserver.ENV_URI, pg_uri)  # the session's server, not one more
+def test_bench_compares_sqlite_and_postgres_in_one_run(pg_uri):
     before = set(children_of(os.getpid()))
     res = matrix.run_bench("ferry_core:LeaseStore,ferry_core:PgLeaseStore", workers=[1, 2],
                            strategies=["cas"], policies=["hybrid"], tasks=60,
-                           ceiling_updates=500, ceiling_samples=1, timeout_s=60)
+                           ceiling_updates=500, ceiling_samples=1, timeout_s=60,
+                           pg_uri=pg_uri)  # the session's server, not one more
     assert_no_children_left(before)
     pg = [r for r in res["runs"] if r["backend"] == "postgres"]
     assert [r["workers"] for r in pg] == [1, 2]

@@ -44,7 +44,7 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
               repeat: int = 1, timeout_s: float = 600.0, ceiling_updates: int = CEILING_UPDATES,
               ceiling_samples: int = CEILING_SAMPLES,
               progress: Progress | None = None,
-              db_dir: str | None = None) -> BenchResult:
+              db_dir: str | None = None, pg_uri: str | None = None) -> BenchResult:
     """Run the whole matrix ``repeat`` times (interleaved); returns
     ``{"runs", "ceiling", "machine", "goal", ...}`` as plain data.
 
@@ -78,10 +78,10 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
     all_strategies = list(dict.fromkeys(s for _, s, _ in variants))
     all_policies = list(dict.fromkeys(p for _, _, p in variants))
     base = tempfile.mkdtemp(prefix="ferry-bench-", dir=db_dir)
-    # a Postgres target: one server for the whole bench (a throwaway cluster, or
-    # $FERRY_PG_URI), each of its runs in a fresh schema
-    server = (pg_server() if any(t.backend == "postgres" for t, _, _ in variants)
-              else nullcontext(None))
+    # a Postgres target: one server for the whole bench (``pg_uri``, else $FERRY_PG_URI,
+    # else a throwaway cluster), each of its runs in a fresh schema
+    server = (nullcontext(None) if not any(t.backend == "postgres" for t, _, _ in variants)
+              else nullcontext(pg_uri) if pg_uri else pg_server())
     try:
         with server as pg_uri:
             machine = machine_info(base)

@@ -9,6 +9,7 @@ from typing import Any
 
 from ferry_core import LeaseStore, PgLeaseStore, SystemClock, cas_store, immediate_store
 from ferry_harness.errors import BenchUsageError
+from ferry_harness.runtime.backend import backend_of
 from ferry_harness.runtime.target import load_factory
 from ferry_harness.tools.bench.records import BenchResult
 
@@ -31,7 +32,7 @@ class Target:
     fixed_strategy: str | None = None
     #: "sqlite" (a database file per run) or "postgres" (a schema per run on a server,
     #: the factory called with its libpq URI): a factory says so with
-    #: ``ferry_backend = "postgres"``
+    #: ``ferry_backend = "postgres"`` (PROTOCOL.md#postgres-targets)
     backend: str = "sqlite"
     #: the store counts its claim attempts (``claim_stats()``, as ferry_core's two stores do)
     counts_claims: bool = False
@@ -54,9 +55,7 @@ def resolve_target(spec: str) -> Target:
     if fixed is not None:
         return Target(spec=spec, factory=factory, ferry_core=True, fixed_strategy=fixed,
                       counts_claims=True)
-    backend = "postgres" if (factory is PgLeaseStore or getattr(
-        factory, "ferry_backend", "sqlite") == "postgres") else "sqlite"
-    return Target(spec=spec, factory=factory, ferry_core=False, backend=backend,
+    return Target(spec=spec, factory=factory, ferry_core=False, backend=backend_of(factory),
                   counts_claims=factory is PgLeaseStore)
 
 
