@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: this check did not have; each stays listed, by name, until it is regenerated — and an entry
 #: whose report now records its ferry fails below, so the list can only shrink.
 NOT_YET_REGENERATED = frozenset({
-    "reports/matrix/precision.json", "reports/matrix/budget.json",
+    "reports/matrix/precision.json",
 })
 
 
