@@ -1,7 +1,7 @@
 """Regenerate every committed report under ``reports/`` with one command.
 
     python -m tests.reports                   # all of it (about 1 h on 2 CPUs)
-    python -m tests.reports --only adapters   # the five PyPI queues (7 runs, about 5 min)
+    python -m tests.reports --only adapters   # the seven PyPI queues (9 runs, about 10 min)
     python -m tests.reports --only matrix     # python -m tests.matrix (about 40 min)
     python -m tests.reports --only bench      # baseline, goal and compare runs (about 12 min)
     python -m tests.reports --list            # print every command, run nothing
@@ -36,6 +36,9 @@ ADAPTERS: dict[str, str] = {
     "huey/first_result": "ferry_harness.adapters.huey:make_first_result_store",
     "huey/expiring": "ferry_harness.adapters.huey:make_expiring_store",
     "simplebroker": "ferry_harness.adapters.simplebroker:make_store",
+    # PostgreSQL queues (a throwaway cluster per run)
+    "procrastinate": "ferry_harness.adapters.procrastinate:make_store",
+    "pgqueuer": "ferry_harness.adapters.pgqueuer:make_store",
 }
 
 PEERS = ("ferry_core:LeaseStore,ferry_harness.adapters.litequeue:make_store,"
@@ -79,6 +82,10 @@ def reports(adapter_budget: float = ADAPTER_BUDGET_S) -> list[Regenerated]:
         # contention: the same-SQL ceiling beside ferry_core (reports/bench/contention/report.md)
         _bench("reports/bench/contention", "--workers", "1,2,8,16", "--strategy", "cas",
                "--busy-policy", "hybrid", "--tasks", "10000", "--repeat", "3"),
+        # ferry_core on SQLite against ferry_core on PostgreSQL (reports/bench/postgres)
+        _bench("reports/bench/postgres", "--target", "ferry_core:LeaseStore,ferry_core:PgLeaseStore",
+               "--workers", "1,8,16", "--strategy", "cas", "--busy-policy", "hybrid",
+               "--tasks", "5000", "--repeat", "3"),
     ]
 
 
