@@ -71,7 +71,7 @@ from .types import CLAIMED, SUBMITTED, Claim, ClaimStats, Salvage, TaskView
 if TYPE_CHECKING:  # psycopg is optional: imported by the constructor
     import psycopg
 
-PG_SCHEMA_VERSION = 1
+PG_SCHEMA_VERSION = 2  # 2: tasks_ready_order (an older schema gets it on open)
 PG_OWN_TABLES = frozenset({"tasks", "task_deps", "claim_tokens", "salvage", "daemon_locks",
                            "ferry_meta"})
 STRATEGIES = ("cas",)
@@ -141,6 +141,11 @@ CREATE TABLE IF NOT EXISTS {s}.daemon_locks (
 );
 CREATE INDEX IF NOT EXISTS tasks_ready
     ON {s}.tasks(target_agent, queued_at, seq) WHERE status = 'SUBMITTED';
+-- the claim's "oldest ready task for me or for anyone" (target_agent IS NULL OR = me) can
+-- use no (target_agent, ...) order: this one walks the queue in order, so a claim reads the
+-- rows ahead of its pick, not every ready row (a sort of the whole queue per claim)
+CREATE INDEX IF NOT EXISTS tasks_ready_order
+    ON {s}.tasks(queued_at, seq) WHERE status = 'SUBMITTED';
 CREATE INDEX IF NOT EXISTS tasks_lease_due
     ON {s}.tasks(lease_expires_at) WHERE status = 'CLAIMED';
 CREATE INDEX IF NOT EXISTS tasks_queue_due

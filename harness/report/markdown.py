@@ -138,8 +138,9 @@ def overlap_line(stats: FuzzStats) -> str:
                       for r in stats.race_overlap)
     gated = sum(r.gated for r in stats.race_overlap)
     if not gated:
-        parts += (" (no round was gated: the race gate needs the target's SQL to go through "
-                  "Python's sqlite3.connect; overlap was left to chance)")
+        parts += (" (no round was gated: the race gate holds racers at their first statement "
+                  "through Python's sqlite3.connect, which a Postgres target or a store with its "
+                  "own SQLite does not use; overlap was left to chance)")
     return f"race overlap: {parts}"
 
 

@@ -18,6 +18,7 @@ from ferry_core import (
     PgLeaseStore,
     StoreError,
 )
+from ferry_core.pgstore import PG_SCHEMA_VERSION
 from ferry_harness.runtime.pgserver import schema_uri
 
 T0 = 1_000_000
@@ -369,3 +370,20 @@ def test_a_raced_dependent_fails_at_the_cascade_instant_even_after_its_window(
         v = s.get(child)
         assert (v.status, v.completed_at, v.error_reason) == (
             "FAILED", T0 + 1, f"dependency {dep} ended FAILED")
+
+
+def test_an_older_schema_is_brought_up_to_date_on_open(pg_uri, pg_schema, pg_admin):
+    """Opening a schema of an older version runs the DDL again (all IF NOT EXISTS) and
+    records this version: the index of version 2 appears, nothing is lost."""
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=ManualClock(T0)) as s:
+        tid = s.dispatch(None, title="kept")
+    pg_admin.execute(f'DROP INDEX "{pg_schema}".tasks_ready_order')
+    pg_admin.execute(f'UPDATE "{pg_schema}".ferry_meta SET version = 1')
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=ManualClock(T0)) as s:
+        assert s.get(tid).title == "kept"
+    names = {r[0] for r in pg_admin.execute(
+        "SELECT indexname FROM pg_indexes WHERE schemaname = %s", (pg_schema,)).fetchall()}
+    assert "tasks_ready_order" in names
+    version = pg_admin.execute(f'SELECT max(version) FROM "{pg_schema}".ferry_meta').fetchone()
+    assert version[0] == PG_SCHEMA_VERSION
+

@@ -115,7 +115,9 @@ def run_one(target: Target, workers: int, strategy: str, policy: str, tasks: int
     store = target.make(path, strategy, policy)
     try:
         dispatch_tasks(store, tasks, tick)
-        if hasattr(store, "checkpoint"):
+        if pg:
+            _analyze(pg_uri or "", schema)
+        elif hasattr(store, "checkpoint"):
             store.checkpoint("TRUNCATE")
     finally:
         store.close()
@@ -251,6 +253,20 @@ def verify_pg_lease_store(uri: str, schema: str, tasks: int) -> DbVerified:
             f"SELECT count(*), count(DISTINCT task_id) FROM {q}.claim_tokens").fetchall()[0]
     ok = completed == total == tasks and tokens[0] == tokens[1] == tasks
     return {"ok": ok, "completed": completed, "tasks_in_db": total, "tokens_issued": tokens[0]}
+
+
+def _analyze(uri: str, schema: str) -> None:
+    """``ANALYZE`` the run's tables once the queue is filled: the throwaway cluster runs no
+    autovacuum (so the fuzz's transaction-id probe sees only the target), and without
+    statistics the planner takes a queue of thousands for one row — a plan no server with
+    autovacuum would run (what a real server's autoanalyze does, done once, on purpose)."""
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)).fetchall()]
+        for table in tables:
+            conn.execute(f'ANALYZE "{schema}"."{table}"')
 
 
 def _drop_schema(uri: str, schema: str) -> None:
