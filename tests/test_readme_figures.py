@@ -210,7 +210,8 @@ FIGURES: list[Figure] = [
 
 # the adapters table of the README and the summary table of findings.md
 _LIBS = {"persist_queue": "persist-queue", "litequeue": "litequeue", "localqueue": "localqueue",
-         "huey": "huey", "simplebroker": "simplebroker"}
+         "huey": "huey", "simplebroker": "simplebroker", "procrastinate": "procrastinate",
+         "pgqueuer": "pgqueuer"}
 for _lib, _name in _LIBS.items():
     _row = rf"\n\| {re.escape(_name)} [^|]*\| "
     FIGURES += [
@@ -243,6 +244,9 @@ for _lib, _name in _LIBS.items():
                _adapter(_lib), lambda d: d["violations"][0]["reproduced"]),
     ]
 FIGURES += [
+    # pgqueuer's second finding, after the racy first
+    Figure(README, r"\(`token-unique`, (\d+/\d+)\) \|", _adapter("pgqueuer"),
+           lambda d: next(v["reproduced"] for v in d["violations"] if v["invariant"] == "token-unique")),
     Figure(README, r"the first-result variant passes \d+ seeds × (\d+) s", _adapter("huey/first_result"),
            lambda d: f"{d['budget']['budget_s']:g}" if d["verdict"] == "pass" else d["verdict"]),
 ]
@@ -277,6 +281,7 @@ PASSAGES = [
             "(10/10) |\n\n### A library", {
                 "1.1.0": "library version", "0.9": "library version", "1.4.1": "library version",
                 "3.5.4": "library version", "8.7.2": "library version",
+                "3.10.0": "library version", "1.6.0": "library version",
                 "3 seeds": "seeds 1 and 2 were run by hand; only seed 0 is committed (tests/reports.py)"}),
 ]
 
@@ -327,7 +332,8 @@ def test_findings_md_shows_each_committed_minimal_example():
     are the committed reports' minimal examples."""
     text = _text(FINDINGS)
     for lib, heading in (("persist_queue", "## persist-queue"), ("litequeue", "## litequeue"),
-                         ("huey", "## huey"), ("simplebroker", "## simplebroker")):
+                         ("huey", "## huey"), ("simplebroker", "## simplebroker"),
+                         ("procrastinate", "**procrastinate — "), ("pgqueuer", "**pgqueuer — ")):
         section = text[text.index(heading):]
         block = section[section.index("```json") + len("```json"):]
         shown = json.loads(block[:block.index("```")])
