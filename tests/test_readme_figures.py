@@ -208,6 +208,34 @@ FIGURES: list[Figure] = [
            lambda d: "/".join(sorted({str(r["named"]) for r in d["rows"] if r["name"] == "hangs in claim"}))),
 ]
 
+# SQLite against PostgreSQL (reports/bench/postgres)
+PG_BENCH = "reports/bench/postgres/bench.json"
+
+
+def _pg(target: str, workers: int) -> list[dict[str, Any]]:
+    return [r for r in _json(PG_BENCH)["runs"] if r["target"] == target and r["workers"] == workers]
+
+
+_PG, _LITE = "ferry_core:PgLeaseStore", "ferry_core:LeaseStore"
+FIGURES += [
+    Figure(README, r"`PgLeaseStore` drains ([\d,–]+) lifecycles/s with one worker", PG_BENCH,
+           lambda d: _span([r["lifecycles_per_s"] for r in _pg(_PG, 1)], _num)),
+    Figure(README, r"with one worker\s+and ([\d,–]+) with eight", PG_BENCH,
+           lambda d: _span([r["lifecycles_per_s"] for r in _pg(_PG, 8)], _num)),
+    Figure(README, r"\(([\d.–]+) × its one-worker rate", PG_BENCH,
+           lambda d: _span([r["vs_1_worker"] for r in _pg(_PG, 8)], lambda x: _num(x, 2))),
+    Figure(README, r"against ([\d,–]+) and [\d,–]+ for\s+ferry_core on SQLite", PG_BENCH,
+           lambda d: _span([r["lifecycles_per_s"] for r in _pg(_LITE, 1)], _num)),
+    Figure(README, r"against [\d,–]+ and ([\d,–]+) for\s+ferry_core on SQLite", PG_BENCH,
+           lambda d: _span([r["lifecycles_per_s"] for r in _pg(_LITE, 8)], _num)),
+    Figure(README, r"jobs: load average ([\d–]+)\) `PgLeaseStore`", PG_BENCH,
+           lambda d: f"{math.floor(min(d['machine']['loadavg_start'][0], d['machine']['loadavg_end'][0]))}–"
+                     f"{math.ceil(max(d['machine']['loadavg_start'][0], d['machine']['loadavg_end'][0]))}"),
+    Figure(README, r"exactly once, with (no) CAS miss", PG_BENCH,
+           lambda d: "no" if all(r["verified"]["ok"] and r["cas_miss_ratio"] == 0
+                                 for r in d["runs"]) else "SOME"),
+]
+
 # the adapters table of the README and the summary table of findings.md
 _LIBS = {"persist_queue": "persist-queue", "litequeue": "litequeue", "localqueue": "localqueue",
          "huey": "huey", "simplebroker": "simplebroker", "procrastinate": "procrastinate",
@@ -264,6 +292,8 @@ class Passage:
 
 
 PASSAGES = [
+    Passage(README, "In [reports/bench/postgres]", "with no CAS miss.",
+            {"2 CPUs": "the machine named in the report's header, not a figure"}),
     Passage(README, "Baseline from this 2-CPU machine", "(ferry_core resets it past 8 MiB).",
             {"2-CPU": "the machine named in the report's header, not a figure",
              "2 ms": "the hybrid policy's definition", "0.1–1 ms": "the hybrid policy's definition",
