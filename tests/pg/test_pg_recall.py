@@ -11,6 +11,10 @@ from tests import broken_stores
 from tests.pg import broken_pg_stores as pg
 
 BUDGET_S = 20  # the acceptance bound: a store not caught in it is reported, not tuned for
+# Measured at seed 0 every store is caught well inside it. Not a guarantee for every seed:
+# PgDroppedLateResultStore (a late fulfill from the token's own holder, then salvaged())
+# went uncaught in 20 s at seeds 1 and 2 (43 examples), caught at 0.9 s (seed 0) and 9.5 s
+# (seed 3); its SQLite twin needed 17.9 s (82 examples) at seed 1.
 STORES = sorted(pg.PG_BROKEN) + sorted(pg.PG_FAULT_BROKEN)
 
 
