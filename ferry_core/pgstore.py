@@ -357,16 +357,19 @@ class PgLeaseStore(_StoreFront):
         except psycopg.Error as exc:
             raise errors.StoreError(f"cannot connect to {self._where()}: {exc}".strip()) from None
         try:
-            conn.execute(f"SET lock_timeout = {int(self.busy_timeout_ms)}")
             q = f'"{self.schema}"'
+            # one round trip: the settings and the first readiness look (plain text, no
+            # parameters: the schema name is a checked identifier)
+            first = f"SET lock_timeout = {int(self.busy_timeout_ms)}; "
             if set_path:
-                conn.execute(f"SET search_path TO {q}")
-            if not self._schema_ready(conn):
+                first += f"SET search_path TO {q}; "
+            if not self._schema_ready(conn, first):
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
                                  ("ferry_core:" + self.schema,))
-                    conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q}")
+                    # another process may have made it while we waited for the lock
                     if not self._schema_ready(conn):
+                        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q}")
                         conn.execute(_ddl(q))
                         conn.execute(f"DELETE FROM {q}.ferry_meta")
                         conn.execute(f"INSERT INTO {q}.ferry_meta(version) VALUES (%s)",
@@ -381,11 +384,15 @@ class PgLeaseStore(_StoreFront):
             ) from None
         return conn
 
-    def _schema_ready(self, conn: psycopg.Connection) -> bool:
+    def _schema_ready(self, conn: psycopg.Connection, before: str = "") -> bool:
         """True when the schema holds this store's tables at this version; refuses a
-        newer version and tables of another application."""
-        tables = {r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (self.schema,)).fetchall()}
+        newer version and tables of another application. ``before``: statements sent in
+        the same round trip."""
+        cur = conn.execute(
+            f"{before}SELECT tablename FROM pg_tables WHERE schemaname = '{self.schema}'")
+        while cur.nextset():  # to the last statement's rows
+            pass
+        tables = {r[0] for r in cur.fetchall()}
         foreign = tables - PG_OWN_TABLES
         if foreign:
             raise errors.StoreError(
