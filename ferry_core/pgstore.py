@@ -364,16 +364,7 @@ class PgLeaseStore(_StoreFront):
             if set_path:
                 first += f"SET search_path TO {q}; "
             if not self._schema_ready(conn, first):
-                with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
-                                 ("ferry_core:" + self.schema,))
-                    # another process may have made it while we waited for the lock
-                    if not self._schema_ready(conn):
-                        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q}")
-                        conn.execute(_ddl(q))
-                        conn.execute(f"DELETE FROM {q}.ferry_meta")
-                        conn.execute(f"INSERT INTO {q}.ferry_meta(version) VALUES (%s)",
-                                     (PG_SCHEMA_VERSION,))
+                self._make_schema(conn)
         except errors.StoreError:
             conn.close()
             raise
@@ -383,6 +374,35 @@ class PgLeaseStore(_StoreFront):
                 f"cannot use schema {self.schema!r} of {self._where()} as a ferry store: {exc}"
             ) from None
         return conn
+
+    def _make_schema(self, conn: psycopg.Connection) -> None:
+        """Create the tables under the schema's advisory lock. A process that finds
+        another one making them waits for it in shared mode, so processes opening side
+        by side look at the finished schema together rather than one after another."""
+        key = ("ferry_core:" + self.schema,)
+        with conn.transaction():
+            if conn.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))",
+                            key).fetchone()[0]:
+                self._make_tables(conn)
+                return
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock_shared(hashtext(%s))", key)
+            if self._schema_ready(conn):
+                return
+        with conn.transaction():  # its maker gave up: make them here
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", key)
+            self._make_tables(conn)
+
+    def _make_tables(self, conn: psycopg.Connection) -> None:
+        """Inside the exclusive advisory lock: create what is missing (another process
+        may have made it while this one waited for the lock)."""
+        if self._schema_ready(conn):
+            return
+        q = f'"{self.schema}"'
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q}")
+        conn.execute(_ddl(q))
+        conn.execute(f"DELETE FROM {q}.ferry_meta")
+        conn.execute(f"INSERT INTO {q}.ferry_meta(version) VALUES (%s)", (PG_SCHEMA_VERSION,))
 
     def _schema_ready(self, conn: psycopg.Connection, before: str = "") -> bool:
         """True when the schema holds this store's tables at this version; refuses a
