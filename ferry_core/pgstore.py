@@ -357,20 +357,14 @@ class PgLeaseStore(_StoreFront):
         except psycopg.Error as exc:
             raise errors.StoreError(f"cannot connect to {self._where()}: {exc}".strip()) from None
         try:
-            conn.execute(f"SET lock_timeout = {int(self.busy_timeout_ms)}")
             q = f'"{self.schema}"'
+            # one round trip: the settings and the first readiness look (plain text, no
+            # parameters: the schema name is a checked identifier)
+            first = f"SET lock_timeout = {int(self.busy_timeout_ms)}; "
             if set_path:
-                conn.execute(f"SET search_path TO {q}")
-            if not self._schema_ready(conn):
-                with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
-                                 ("ferry_core:" + self.schema,))
-                    conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q}")
-                    if not self._schema_ready(conn):
-                        conn.execute(_ddl(q))
-                        conn.execute(f"DELETE FROM {q}.ferry_meta")
-                        conn.execute(f"INSERT INTO {q}.ferry_meta(version) VALUES (%s)",
-                                     (PG_SCHEMA_VERSION,))
+                first += f"SET search_path TO {q}; "
+            if not self._schema_ready(conn, first):
+                self._make_schema(conn)
         except errors.StoreError:
             conn.close()
             raise
@@ -381,11 +375,44 @@ class PgLeaseStore(_StoreFront):
             ) from None
         return conn
 
-    def _schema_ready(self, conn: psycopg.Connection) -> bool:
+    def _make_schema(self, conn: psycopg.Connection) -> None:
+        """Create the tables under the schema's advisory lock. A process that finds
+        another one making them waits for it in shared mode, so processes opening side
+        by side look at the finished schema together rather than one after another."""
+        key = ("ferry_core:" + self.schema,)
+        with conn.transaction():
+            if conn.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))",
+                            key).fetchone()[0]:
+                self._make_tables(conn)
+                return
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock_shared(hashtext(%s))", key)
+            if self._schema_ready(conn):
+                return
+        with conn.transaction():  # its maker gave up: make them here
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", key)
+            self._make_tables(conn)
+
+    def _make_tables(self, conn: psycopg.Connection) -> None:
+        """Inside the exclusive advisory lock: create what is missing (another process
+        may have made it while this one waited for the lock)."""
+        if self._schema_ready(conn):
+            return
+        q = f'"{self.schema}"'
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q}")
+        conn.execute(_ddl(q))
+        conn.execute(f"DELETE FROM {q}.ferry_meta")
+        conn.execute(f"INSERT INTO {q}.ferry_meta(version) VALUES (%s)", (PG_SCHEMA_VERSION,))
+
+    def _schema_ready(self, conn: psycopg.Connection, before: str = "") -> bool:
         """True when the schema holds this store's tables at this version; refuses a
-        newer version and tables of another application."""
-        tables = {r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (self.schema,)).fetchall()}
+        newer version and tables of another application. ``before``: statements sent in
+        the same round trip."""
+        cur = conn.execute(
+            f"{before}SELECT tablename FROM pg_tables WHERE schemaname = '{self.schema}'")
+        while cur.nextset():  # to the last statement's rows
+            pass
+        tables = {r[0] for r in cur.fetchall()}
         foreign = tables - PG_OWN_TABLES
         if foreign:
             raise errors.StoreError(

@@ -104,7 +104,7 @@ class Executor:
             remove_sqlite_files(path)
         clock.set(START_MS)
         t0 = time.perf_counter()
-        pool.open(path)
+        pool.open(path, together=getattr(backend, "opens_together", False))
         if backend is not None:
             backend.opened(path)
         self.stats.setup_s += time.perf_counter() - t0

@@ -9,7 +9,13 @@ string the *backend* makes, one per example:
 - ``PostgresBackend``: a libpq URI naming the run's own database and the example's own
   schema (``postgresql://…/ferry_run_…?…&options=-c%20search_path%3Dex_17``). The run's
   database is created at the start and dropped at the end; each example gets a fresh,
-  empty schema and the previous one is dropped. Its probes run on an admin connection of
+  empty schema and the previous one is dropped once every worker closed its store — off
+  the critical path, on a connection of its own in a background thread, and always
+  finished before a transaction-id probe (so a drop never moves the probe's xid). Its
+  workers open their stores all at once (one whose factory raised then opens again
+  alone), not slot 0 first: a Postgres factory that creates its tables must be safe
+  beside others doing the same (ferry_core's and both adapters' take an advisory lock).
+  Its probes run on an admin connection of
   the controller: the next transaction id (``txid_snapshot_xmax(txid_current_snapshot())``:
   a call that assigned itself a transaction id moved it — autovacuum must be off, as in the
   throwaway cluster) and the run database's connections left ``idle in transaction``.
@@ -34,8 +40,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import re
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -202,6 +210,65 @@ def _redacted(uri: str) -> str:
     return re.sub(r"//[^@/]*:[^@/]*@", "//***@", uri)
 
 
+class _Dropper:
+    """Drops the schemas of finished examples in a background thread, on a connection of
+    its own, so an example's setup does not wait for the previous one's ``DROP SCHEMA``.
+    A schema a frozen or dying connection still locks is left to the run's DROP DATABASE."""
+
+    def __init__(self, psycopg: Any, uri: str) -> None:
+        self._psycopg = psycopg
+        self._uri = uri
+        self._todo: queue.Queue[str | None] = queue.Queue()
+        self.conn: Any = None
+        self.pid: int | None = None
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="ferry-pg-dropper", daemon=True)
+        self._thread.start()
+
+    def drop(self, schema: str) -> None:
+        self._todo.put(schema)
+
+    def wait(self) -> None:
+        """Return once every schema handed over so far is dropped (or given up on)."""
+        self._todo.join()
+
+    def _run(self) -> None:
+        while True:
+            schema = self._todo.get()
+            try:
+                if schema is None:
+                    return
+                self._drop(schema)
+            finally:
+                self._todo.task_done()
+
+    def _drop(self, schema: str) -> None:
+        try:
+            if self.conn is None:
+                self.conn = self._psycopg.connect(self._uri, autocommit=True)
+                self.conn.execute("SET lock_timeout = '500ms'")
+                self.pid = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+            self.conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            self.dropped += 1
+        except Exception:  # never a run's failure: DROP DATABASE takes what is left
+            pass
+
+    def close(self) -> None:
+        """Stop the thread (its pending drops are left to DROP DATABASE) and disconnect."""
+        while True:  # forget what is still queued: DROP DATABASE takes it
+            try:
+                self._todo.get_nowait()
+            except queue.Empty:
+                break
+            self._todo.task_done()
+        self._todo.put(None)
+        self._thread.join(5)
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                self.conn.close()
+            self.conn = None
+
+
 class PostgresBackend:
     """A database of the run's own on a PostgreSQL server, a fresh schema per example.
 
@@ -212,6 +279,8 @@ class PostgresBackend:
     """
 
     name = POSTGRES
+    #: the workers open their stores at once (WorkerPool.open); see the module docstring
+    opens_together = True
 
     def __init__(self, uri: str | None = None) -> None:
         try:
@@ -222,6 +291,7 @@ class PostgresBackend:
         self._psycopg = psycopg
         self.server: PgServer | None = None
         self.admin: Any = None
+        self._dropper: _Dropper | None = None
         self._dropped_db = False
         given = uri or os.environ.get(ENV_URI) or None
         if given is not None and not given.startswith(("postgresql://", "postgres://")):
@@ -244,6 +314,7 @@ class PostgresBackend:
             self.uri = with_database(self.server_uri, self.dbname)
             self.admin = psycopg.connect(self.uri, autocommit=True)
             self.admin_pid = self.admin.execute("SELECT pg_backend_pid()").fetchone()[0]
+            self._dropper = _Dropper(psycopg, self.uri)
         except psycopg.Error as exc:
             self.close()
             raise HarnessError(f"cannot prepare a database on {_redacted(self.server_uri)}: "
@@ -260,32 +331,32 @@ class PostgresBackend:
 
     def fresh(self, example: int) -> str:
         schema = f"ex_{example}"
-        self.admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        self.admin.execute(f'CREATE SCHEMA "{schema}"')
+        # one round trip (no parameters: psycopg sends both as one simple query)
+        self.admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE; CREATE SCHEMA "{schema}"')
         self.schemas_made += 1
         self._pending_drop = self._previous
         self._previous = schema
         return schema_uri(self.uri, schema)
 
     def opened(self, where: str) -> None:
-        """Every worker closed the previous example's store: drop its schema (if a frozen
-        or dying connection still holds a lock on it, leave it to the run's DROP DATABASE)."""
+        """Every worker closed the previous example's store: its schema is dropped in the
+        background (if a frozen or dying connection still holds a lock on it, it is left
+        to the run's DROP DATABASE)."""
         old, self._pending_drop = self._pending_drop, None
-        if old is None:
-            return
-        try:
-            self.admin.execute("SET lock_timeout = '500ms'")
-            self.admin.execute(f'DROP SCHEMA IF EXISTS "{old}" CASCADE')
-        except self._psycopg.Error:
-            pass
-        finally:
-            with contextlib.suppress(self._psycopg.Error):
-                self.admin.execute("RESET lock_timeout")
+        if old is not None and self._dropper is not None:
+            self._dropper.drop(old)
+
+    def settle(self) -> None:
+        """Wait for the background drops handed over so far (they assign transaction ids)."""
+        if self._dropper is not None:
+            self._dropper.wait()
 
     # ------------------------------------------------------------------ probes
     def next_xid(self) -> int:
         """The next transaction id to be assigned (xmax of a fresh snapshot): a call that
-        moved it assigned itself (or caused) a transaction id — it wrote."""
+        moved it assigned itself (or caused) a transaction id — it wrote. A background
+        drop is finished first, and none starts before the next example's setup."""
+        self.settle()
         return int(self.admin.execute(
             "SELECT txid_snapshot_xmax(txid_current_snapshot())").fetchone()[0])
 
@@ -304,15 +375,25 @@ class PostgresBackend:
     def _idle_in_tx(self) -> list[OpenTransaction]:
         rows = self.admin.execute(
             "SELECT pid, extract(epoch FROM now() - xact_start), query FROM pg_stat_activity "
-            "WHERE datname = %s AND pid <> %s AND state LIKE 'idle in transaction%%'",
-            (self.dbname, self.admin_pid)).fetchall()
+            "WHERE datname = %s AND pid <> ALL(%s) AND state LIKE 'idle in transaction%%'",
+            (self.dbname, self._own_pids())).fetchall()
         return [OpenTransaction(pid=int(p), since_s=round(float(s or 0), 3), query=str(q or ""))
                 for p, s, q in rows]
+
+    def _own_pids(self) -> list[int]:
+        pids = [self.admin_pid]
+        if self._dropper is not None and self._dropper.pid is not None:
+            pids.append(self._dropper.pid)
+        return pids
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         """Drop the run's database (its connections forced out) and stop a cluster we
         started. Idempotent; never raises."""
+        if self._dropper is not None:
+            with contextlib.suppress(Exception):
+                self._dropper.close()
+            self._dropper = None
         if self.admin is not None:
             with contextlib.suppress(Exception):
                 self.admin.close()

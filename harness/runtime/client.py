@@ -389,17 +389,21 @@ class WorkerPool:
         return [w.proc.pid for w in self.slots]
 
     # ---------------------------------------------------------------- store lifecycle
-    def open(self, path: str) -> None:
+    def open(self, path: str, *, together: bool = False) -> None:
         """Every worker (re)opens its store on ``path``: slot 0 first (its factory makes
-        the schema), then the others all at once; one whose factory raised then (a store
-        that writes as it opens, busy without a timeout) opens again alone. A factory that
-        raises alone is fatal."""
+        the schema), then the others all at once — or, ``together`` (a Postgres backend,
+        whose targets create their tables under a lock of their own), every slot at once;
+        one whose factory raised then (a store that writes as it opens, busy without a
+        timeout) opens again alone. A factory that raises alone is fatal."""
         self.path = path
-        self._open_slot(0)
-        rest = self.slots[1:]
+        if not together:
+            self._open_slot(0)
+        rest = self.slots if together else self.slots[1:]
         for w in rest:
             send(w.conn, OpenStore(path=path))
-        again = [slot for slot, w in enumerate(rest, 1) if not self._opened(w, tolerate=True)]
+        first = 0 if together else 1
+        again = [slot for slot, w in enumerate(rest, first)
+                 if not self._opened(w, tolerate=True)]
         for slot in again:
             self._open_slot(slot)
 

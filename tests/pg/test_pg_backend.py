@@ -5,12 +5,15 @@ mode refused up front, and (thorough) short fuzz runs of the broken Postgres sto
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ferry_core import LeaseStore, ManualClock, PgLeaseStore
 from ferry_harness.cli.main import main
 from ferry_harness.errors import UsageError
 from ferry_harness.run.campaign import Campaign, CampaignConfig, Runner
+from ferry_harness.run.executor import Executor
 from ferry_harness.run.steps import Dispatch, IdlePoll, Reads
 from ferry_harness.runtime.backend import (
     PostgresBackend,
@@ -19,6 +22,8 @@ from ferry_harness.runtime.backend import (
     schema_of,
     with_database,
 )
+from ferry_harness.runtime.client import WorkerPool
+from ferry_harness.runtime.clock import SharedClock
 from ferry_harness.runtime.pgserver import schema_uri
 from tests.pg.broken_pg_stores import BROKEN_PG, HeartbeatPollStore, OpenAfterReadStore
 
@@ -226,3 +231,85 @@ def test_a_sqlite_target_runs_as_before():
     extra = [o.extra for o in ex.history]
     assert any("wal_before" in e for e in extra)
     assert not any(k in e for e in extra for k in ("xid_before", "open_tx_after_step"))
+
+
+def _schemas(pg: PostgresBackend) -> set[str]:
+    return {r[0] for r in pg.admin.execute(
+        "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'ex_%'").fetchall()}
+
+
+def test_an_old_schema_is_dropped_in_the_background_never_inside_a_probe(pg_uri):
+    """A fresh schema is empty; the previous one is dropped off the setup's path, and
+    finished before a transaction-id probe (the drop assigns one); a schema still locked
+    is given up on (the background connection never counts as the target's), and close()
+    drops the run's database all the same."""
+    import psycopg  # the pg_uri fixture skipped already when it is missing
+
+    pg = PostgresBackend(pg_uri)
+    blocker = None
+    try:
+        w1 = pg.fresh(1)
+        with PgLeaseStore(w1, clock=ManualClock(T0)) as store:
+            store.dispatch(None)
+        w2 = pg.fresh(2)
+        tables = pg.admin.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'ex_2'")
+        assert tables.fetchone()[0] == 0
+        pg.opened(w2)  # ex_1 goes to the background
+        before = pg.next_xid()  # waits for the drop
+        assert _schemas(pg) == {"ex_2"}
+        assert pg.next_xid() == before
+        PgLeaseStore(w2, clock=ManualClock(T0)).close()
+        blocker = psycopg.connect(w2, autocommit=True)
+        blocker.execute("BEGIN")
+        blocker.execute("SELECT count(*) FROM tasks")  # holds a lock on ex_2.tasks
+        pg.opened(pg.fresh(3))
+        pg.settle()  # the drop gave up at its lock_timeout
+        assert _schemas(pg) == {"ex_2", "ex_3"}
+        assert [o.query for o in pg.open_transactions()] == ["SELECT count(*) FROM tasks"]
+    finally:
+        pg.close()
+        if blocker is not None:
+            blocker.close()
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                            (pg.dbname,)).fetchall()
+    assert left == [], "the run's database outlived close()"
+
+
+class OneAtATime:
+    """A Postgres factory that refuses to open beside another (it records every try in
+    the test's ``tries`` table): shows the workers of a Postgres run open at once, and
+    that one whose factory raised then opens again alone."""
+
+    ferry_backend = "postgres"
+
+    def __init__(self, where: str, *, clock: object) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(where, autocommit=True)
+        alone = self.conn.execute("SELECT pg_try_advisory_lock(4242)").fetchone()[0]
+        self.conn.execute("INSERT INTO tries VALUES (%s)", (alone,))
+        if not alone:
+            self.conn.close()
+            raise RuntimeError("another worker is opening")
+        time.sleep(0.3)
+        self.conn.execute("SELECT pg_advisory_unlock(4242)")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def test_the_workers_of_a_postgres_run_open_their_stores_at_once(pg_uri):
+    pg = PostgresBackend(pg_uri)
+    clock = SharedClock()
+    pool = WorkerPool("tests.pg.test_pg_backend:OneAtATime", clock, 2)
+    try:
+        pool.start()
+        where = pg.fresh(1)
+        pg.admin.execute("CREATE TABLE ex_1.tries (alone boolean)")
+        Executor(pool, clock, where, backend=pg)
+        tries = sorted(r[0] for r in pg.admin.execute("SELECT alone FROM ex_1.tries"))
+        assert tries == [False, True, True]  # side by side, then the refused one alone
+    finally:
+        pool.close()
+        pg.close()

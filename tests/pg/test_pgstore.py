@@ -93,6 +93,26 @@ def test_concurrent_first_opens_of_one_schema_all_succeed(pg_uri, pg_schema):
     assert outcomes == ["ok"] * 6
 
 
+def test_an_open_waiting_for_a_maker_that_gives_up_makes_the_tables_itself(
+        pg_uri, pg_admin, pg_schema):
+    """An open that finds the schema's advisory lock held waits for it; when the holder
+    ends without making the tables, the open makes them (and the store works)."""
+    import psycopg
+
+    opened: list = []
+    with psycopg.connect(pg_uri) as maker:  # not autocommit: the lock lasts its transaction
+        maker.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("ferry_core:" + pg_schema,))
+        t = threading.Thread(target=lambda: opened.append(PgLeaseStore(pg_uri, schema=pg_schema)))
+        t.start()
+        t.join(0.3)
+        assert t.is_alive(), "the open did not wait for the lock's holder"
+        maker.rollback()
+    t.join(30)
+    assert len(opened) == 1
+    with opened[0] as store:
+        assert store.get(store.dispatch(None)).status == "SUBMITTED"
+
+
 def test_history_primary_key_makes_a_reissued_token_impossible(pg_uri, pg_admin, pg_schema):
     import psycopg
 
