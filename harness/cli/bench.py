@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -197,17 +198,25 @@ class _Progress:
             self.live.stop()
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """``ferry-harness bench``: run the matrix, print the tables, write the report; exit 2
     if a run failed, 1 if a run did not complete every task exactly once, else 0."""
     opts = parse_options(args)
     show = _Progress(args.quiet)
+    # SIGTERM (a CI runner's stop) unwinds like Ctrl-C: the workers are killed, the throwaway
+    # Postgres cluster is stopped and removed, and the exit code is 130
+    previous_term = signal.signal(signal.SIGTERM, _interrupt)
     try:
         result = run_bench(opts["target"], opts["workers"], opts["strategies"], opts["policies"],
                            opts["tasks"], repeat=opts["repeat"], timeout_s=opts["timeout_s"],
                            progress=show,
                            db_dir=opts["db_dir"], pg_uri=opts["pg_uri"])
     finally:
+        signal.signal(signal.SIGTERM, previous_term)
         show.stop()
     files: list[str] = []
     if args.report_dir:

@@ -67,3 +67,43 @@ def test_a_postgres_run_needs_a_server(spec, tmp_path):
 
     with pytest.raises(BenchUsageError, match="Postgres target"):
         run_one(resolve_target(spec), 1, "as-is", "as-is", 1, str(tmp_path))
+
+
+def test_sigterm_stops_the_bench_and_removes_its_cluster(pg_uri, tmp_path):
+    """SIGTERM mid-run (a CI runner stopping the job) unwinds like Ctrl-C: exit 130, the
+    workers gone, the throwaway cluster stopped and its directory removed."""
+    import glob
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    pattern = os.path.join(tempfile.gettempdir(), "ferry-pg-*", ".s.PGSQL.*")
+    before = set(glob.glob(pattern))
+    # the session's own cluster (the fixture) and any other test process's are not the bench's
+    before |= {p for p in glob.glob(pattern) if os.path.dirname(p) in pg_uri}
+    env = {k: v for k, v in os.environ.items() if k != pgserver.ENV_URI}  # its own cluster
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ferry_harness", "bench", "--target", "ferry_core:PgLeaseStore",
+         "--workers", "1", "--tasks", "200000", "--quiet"], env=env, cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (set(glob.glob(pattern)) - before) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.1)
+        new = set(glob.glob(pattern)) - before  # the bench's cluster is up
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:  # a failure above: still stop it the way under test
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 130, out
+    assert new, "no cluster of the bench's was seen"
+    assert not [p for p in new if os.path.exists(os.path.dirname(p))], "a cluster was left"
