@@ -20,15 +20,6 @@ from tests.reports import REPORTS, Regenerated
 ROOT = Path(__file__).resolve().parents[1]
 
 
-#: Reports made before reports recorded which ferry made them. Regenerating them needs a
-#: quiet machine (the matrix about 3 h, the bench about 15 min), which the session that added
-#: this check did not have; each stays listed, by name, until it is regenerated — and an entry
-#: whose report now records its ferry fails below, so the list can only shrink.
-NOT_YET_REGENERATED = frozenset({
-    "reports/matrix/precision.json",
-})
-
-
 def _files(rep: Regenerated) -> list[Path]:
     d = ROOT / rep.report_dir
     if rep.group == "matrix":
@@ -75,8 +66,6 @@ def test_every_committed_report_is_one_tests_reports_regenerates():
 def test_a_committed_report_was_made_with_its_documented_arguments(rep):
     argv = rep.argv
     for path in _files(rep):
-        if str(path.relative_to(ROOT)) in NOT_YET_REGENERATED:
-            continue  # made by an older command (see NOT_YET_REGENERATED)
         data = json.loads(path.read_text())
         if rep.group == "adapters":
             got = (data["target"], data["seed"], data["budget"]["budget_s"], data["mode"],
@@ -115,10 +104,6 @@ def test_every_committed_report_records_ferry_version_and_commit():
             data = json.loads(path.read_text())
             prov = _provenance(data)
             name = str(path.relative_to(ROOT))
-            if name in NOT_YET_REGENERATED:
-                if prov:
-                    bad.append(f"{name}: regenerated; take it off NOT_YET_REGENERATED")
-                continue
             if not prov or not prov.get("version") or not prov.get("commit"):
                 bad.append(f"{name}: no ferry version and commit")
             elif prov.get("dirty") != "no":

@@ -188,6 +188,8 @@ FIGURES: list[Figure] = [
            lambda d: str(len(d["seeds"]))),
     Figure(README, r"× \d+ seeds × (\d+) s: \d+ runs, \d+ violations", PRECISION, lambda d: f"{d['budget_s']:g}"),
     Figure(README, r"× \d+ s: (\d+) runs, \d+ violations", PRECISION, lambda d: str(len(d["rows"]))),
+    Figure(README, r"each of the configurable store's (\d+) combinations", PRECISION,
+           lambda d: str(len({r["name"] for r in d["rows"] if r["name"].startswith("configurable/")}))),
     Figure(README, r"\d+ runs, (\d+) violations", PRECISION,
            lambda d: str(sum(r["verdict"] != "pass" for r in d["rows"]))),
     Figure(README, r"every broken store — (\d+) on ferry_core", RECALL,
