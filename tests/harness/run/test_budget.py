@@ -125,10 +125,11 @@ def test_a_ten_second_busy_timeout_store_keeps_the_budget(mode, tmp_path):
 @pytest.mark.parametrize(("sig", "when"), [
     pytest.param(signal.SIGTERM, 3.0, id="SIGTERM-search", marks=pytest.mark.thorough),
     pytest.param(signal.SIGTERM, 8.0, id="SIGTERM-shrink"),
-    pytest.param(signal.SIGTERM, 11.0, id="SIGTERM-replay"),
+    pytest.param(signal.SIGTERM, 11.0, id="SIGTERM-replay", marks=pytest.mark.thorough),
     pytest.param(signal.SIGINT, 3.0, id="SIGINT-search"),
     # SIGINT takes the same path as SIGTERM from there on: the search phase by SIGINT (Ctrl-C),
-    # the later phases by SIGTERM; the other signal in each phase runs with --ferry-thorough
+    # the shrink phase by SIGTERM; the replay phase and the other signal in each phase run
+    # with --ferry-thorough
     pytest.param(signal.SIGINT, 8.0, id="SIGINT-shrink", marks=pytest.mark.thorough),
     pytest.param(signal.SIGINT, 11.0, id="SIGINT-replay", marks=pytest.mark.thorough),
 ])

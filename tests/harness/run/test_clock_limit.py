@@ -13,7 +13,7 @@ class _NoPool:
     capabilities = ("claim",)
     skips = ()
 
-    def open(self, path: str) -> None:
+    def open(self, path: str, *, together: bool = False) -> None:
         pass
 
 

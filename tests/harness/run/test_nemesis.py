@@ -175,7 +175,10 @@ def _campaign(target, faults, budget, tmp_path, seed=0):
     return Campaign(cfg).run()
 
 
-@pytest.mark.parametrize("factory", sorted(FAULT_BROKEN))
+# pinned_lease is the second kill-only store (split_claim is the first): --ferry-thorough
+@pytest.mark.parametrize("factory", [
+    pytest.param(f, marks=pytest.mark.thorough) if f == "pinned_lease" else f
+    for f in sorted(FAULT_BROKEN)])
 def test_fault_broken_store_is_caught_by_its_fault(factory, tmp_path, ferry_budget, monkeypatch):
     faults, invariant, _why = FAULT_BROKEN[factory]
     # a pause replays at its recorded delay; on a loaded machine (CI: two xdist workers on

@@ -21,7 +21,8 @@ def fuzz(target: str, tmp_path, budget: float = 30, seed: int = 0):
 
 @pytest.mark.parametrize("factory,invariant", [
     ("check_then_act", "single-winner"),  # SELECT, then an unguarded UPDATE: two statements
-    ("double_finish", "token-unique"),    # a holder op: guard in one statement, write in another
+    # a holder op: guard in one statement, write in another (a second case: --ferry-thorough)
+    pytest.param("double_finish", "token-unique", marks=pytest.mark.thorough),
 ])
 def test_two_statement_bug_minimal_schedule_replays_every_time(factory, invariant, tmp_path, capsys):
     outcome, report = fuzz(f"tests.broken_stores:{factory}", tmp_path)
