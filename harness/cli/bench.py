@@ -297,8 +297,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                    "its file system matters: checkpoints fsync on a disk, not on tmpfs")
     p.add_argument("--pg-uri", default=None, metavar="URI",
                    help="a Postgres target runs on this server (a libpq URI; default: "
-                   "$FERRY_PG_URI, else a throwaway cluster started for the bench); each run "
-                   "makes and drops a schema of its own")
+                   "$FERRY_PG_URI, else a throwaway cluster started for the bench); the bench "
+                   "makes and drops a database of its own, a fresh schema for each run")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the results here")
     p.add_argument("--report-dir", default=None, metavar="DIR",
                    help="write report.md, bench.json and PNG plots here")

@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Sequence
 from contextlib import nullcontext
 
-from ferry_harness.runtime.pgserver import pg_server
+from ferry_harness.runtime.backend import POSTGRES, opened_backend
 from ferry_harness.runtime.target import DEFAULT_TARGET
 from ferry_harness.tools.bench.ceiling import (
     CEILING_SAMPLES,
@@ -78,12 +78,13 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
     all_strategies = list(dict.fromkeys(s for _, s, _ in variants))
     all_policies = list(dict.fromkeys(p for _, _, p in variants))
     base = tempfile.mkdtemp(prefix="ferry-bench-", dir=db_dir)
-    # a Postgres target: one server for the whole bench (``pg_uri``, else $FERRY_PG_URI,
-    # else a throwaway cluster), each of its runs in a fresh schema
-    server = (nullcontext(None) if not any(t.backend == "postgres" for t, _, _ in variants)
-              else nullcontext(pg_uri) if pg_uri else pg_server())
+    # a Postgres target: the harness's Postgres backend for the whole bench (``pg_uri``,
+    # else $FERRY_PG_URI, else a throwaway cluster; a database of its own, dropped at the
+    # end), each of its runs in a fresh schema
+    server = (opened_backend(POSTGRES, directory=base, pg_uri=pg_uri)
+              if any(t.backend == POSTGRES for t, _, _ in variants) else nullcontext(None))
     try:
-        with server as pg_uri:
+        with server as pg:
             machine = machine_info(base)
             samples: list[float] = []
 
@@ -124,7 +125,7 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
                         progress({"phase": "run", "label": f"{w}w {label}", "index": index,
                                   "total": total, "done": 0, "tasks": tasks})
                     record = run_one(tgt, w, s, p, tasks, base, timeout_s=timeout_s,
-                                     progress=progress, pg_uri=pg_uri)
+                                     progress=progress, pg=pg)
                     record["rep"] = rep + 1
                     record["label"] = label
                     rep_runs.append(record)

@@ -18,7 +18,7 @@ import multiprocess as mp
 
 from ferry_core import LeaseStore, PgLeaseStore
 from ferry_harness.errors import BenchUsageError
-from ferry_harness.runtime.pgserver import schema_uri
+from ferry_harness.runtime.backend import POSTGRES, PostgresBackend, schema_of
 from ferry_harness.tools.bench.machine import usable_cpus
 from ferry_harness.tools.bench.records import DbVerified, ProgressEvent, RunRecord, Verified
 from ferry_harness.tools.bench.stats import jain, latency_histogram, latency_summary
@@ -92,19 +92,20 @@ def _ns_array(data: bytes) -> array:
 
 def run_one(target: Target, workers: int, strategy: str, policy: str, tasks: int,
             workdir: str, *, timeout_s: float = 600.0, stall_s: float = STALL_S,
-            progress: Progress | None = None, pg_uri: str | None = None) -> RunRecord:
+            progress: Progress | None = None, pg: PostgresBackend | None = None) -> RunRecord:
     """Dispatch ``tasks``, drain them with ``workers`` processes, return the run's record.
 
-    A Postgres target (``target.backend``) gets a fresh schema of the server at ``pg_uri``
-    instead of a database file, dropped after the run; it has no ``-wal`` to measure."""
+    A Postgres target (``target.backend``) gets a fresh schema from ``pg`` (the harness's
+    Postgres backend: its database is dropped when the bench ends) instead of a database
+    file; it has no ``-wal`` to measure."""
     run_dir = tempfile.mkdtemp(prefix=f"w{workers}-", dir=workdir)
-    pg = target.backend == "postgres"
-    if pg:
-        if not pg_uri:
+    if target.backend == POSTGRES:
+        if pg is None:
             raise BenchUsageError(f"{target.spec} is a Postgres target: it needs a server")
-        schema = f"bench_{os.getpid()}_{os.path.basename(run_dir).replace('-', '_')}"
-        path = schema_uri(pg_uri, schema)
+        path = pg.fresh(pg.schemas_made)
+        schema = schema_of(path) or ""
     else:
+        pg = None
         path = os.path.join(run_dir, "bench.db")
     label = f"{workers}w {strategy}/{policy}"
 
@@ -115,8 +116,8 @@ def run_one(target: Target, workers: int, strategy: str, policy: str, tasks: int
     store = target.make(path, strategy, policy)
     try:
         dispatch_tasks(store, tasks, tick)
-        if pg:
-            _analyze(pg_uri or "", schema)
+        if pg is not None:
+            _analyze(pg, schema)
         elif hasattr(store, "checkpoint"):
             store.checkpoint("TRUNCATE")
     finally:
@@ -164,11 +165,11 @@ def run_one(target: Target, workers: int, strategy: str, policy: str, tasks: int
                     results[slot] = conn.recv()
                 except (EOFError, OSError):
                     error = error or f"worker {slot} died during the run"
-            wal_max = 0 if pg else max(wal_max, _wal_size(path))
+            wal_max = 0 if pg is not None else max(wal_max, _wal_size(path))
             if progress:
                 progress({"phase": "drain", "label": label, "done": sum(counts), "tasks": tasks,
                           "elapsed": time.monotonic() - t_go})
-        wal_end = 0 if pg else _wal_size(path)
+        wal_end = 0 if pg is not None else _wal_size(path)
         wal_max = max(wal_max, wal_end)
     finally:
         shared.stop.value = 1
@@ -191,15 +192,13 @@ def run_one(target: Target, workers: int, strategy: str, policy: str, tasks: int
         db = None
         if target.ferry_core and not record.get("error"):
             db = _verify_ferry_core(path, tasks)
-        elif target.counts_claims and pg and not record.get("error"):
-            db = verify_pg_lease_store(pg_uri or "", schema, tasks)
+        elif target.counts_claims and pg is not None and not record.get("error"):
+            db = verify_pg_lease_store(pg.uri, schema, tasks)
         if db is not None:
             record["verified"] = {**record["verified"], **{f"db_{k}": v for k, v in db.items()},
                                   "ok": record["verified"]["ok"] and db["ok"]}
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-        if pg:
-            _drop_schema(pg_uri or "", schema)
     return record
 
 
@@ -231,13 +230,9 @@ def _verify_ferry_core(path: str, tasks: int) -> DbVerified:
     """
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
     try:
-        completed = conn.execute("SELECT count(*) FROM tasks WHERE status='COMPLETED'").fetchall()[0][0]
-        total = conn.execute("SELECT count(*) FROM tasks").fetchall()[0][0]
-        tokens = conn.execute("SELECT count(*), count(DISTINCT task_id) FROM claim_tokens").fetchall()[0]
+        return _delivered_once(conn, "", tasks)
     finally:
         conn.close()
-    ok = completed == total == tasks and tokens[0] == tokens[1] == tasks
-    return {"ok": ok, "completed": completed, "tasks_in_db": total, "tokens_issued": tokens[0]}
 
 
 def verify_pg_lease_store(uri: str, schema: str, tasks: int) -> DbVerified:
@@ -245,39 +240,30 @@ def verify_pg_lease_store(uri: str, schema: str, tasks: int) -> DbVerified:
     import psycopg  # a Postgres target was opened, so psycopg is there
 
     with psycopg.connect(uri, autocommit=True) as conn:
-        q = f'"{schema}"'
-        completed = conn.execute(
-            f"SELECT count(*) FROM {q}.tasks WHERE status='COMPLETED'").fetchall()[0][0]
-        total = conn.execute(f"SELECT count(*) FROM {q}.tasks").fetchall()[0][0]
-        tokens = conn.execute(
-            f"SELECT count(*), count(DISTINCT task_id) FROM {q}.claim_tokens").fetchall()[0]
+        return _delivered_once(conn, f'"{schema}".', tasks)
+
+
+def _delivered_once(conn: Any, prefix: str, tasks: int) -> DbVerified:
+    """The exactly-once count over ferry_core's ``tasks`` and ``claim_tokens`` (sqlite3 and
+    psycopg connections both have ``execute``); ``prefix`` qualifies the tables."""
+    completed = conn.execute(
+        f"SELECT count(*) FROM {prefix}tasks WHERE status='COMPLETED'").fetchall()[0][0]
+    total = conn.execute(f"SELECT count(*) FROM {prefix}tasks").fetchall()[0][0]
+    tokens = conn.execute(
+        f"SELECT count(*), count(DISTINCT task_id) FROM {prefix}claim_tokens").fetchall()[0]
     ok = completed == total == tasks and tokens[0] == tokens[1] == tasks
     return {"ok": ok, "completed": completed, "tasks_in_db": total, "tokens_issued": tokens[0]}
 
 
-def _analyze(uri: str, schema: str) -> None:
+def _analyze(pg: PostgresBackend, schema: str) -> None:
     """``ANALYZE`` the run's tables once the queue is filled: the throwaway cluster runs no
     autovacuum (so the fuzz's transaction-id probe sees only the target), and without
     statistics the planner takes a queue of thousands for one row — a plan no server with
     autovacuum would run (what a real server's autoanalyze does, done once, on purpose)."""
-    import psycopg
-
-    with psycopg.connect(uri, autocommit=True) as conn:
-        tables = [r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)).fetchall()]
-        for table in tables:
-            conn.execute(f'ANALYZE "{schema}"."{table}"')
-
-
-def _drop_schema(uri: str, schema: str) -> None:
-    """Remove a run's schema (nothing is kept between runs, as with a run's database file)."""
-    import psycopg
-
-    try:
-        with psycopg.connect(uri, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    except psycopg.Error:
-        pass  # the server is thrown away with the bench, or the caller's: best effort
+    tables = [r[0] for r in pg.admin.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)).fetchall()]
+    for table in tables:
+        pg.admin.execute(f'ANALYZE "{schema}"."{table}"')
 
 
 def _summarise(results: Mapping[int, WorkerResult], *, workers: int, strategy: str,
