@@ -93,6 +93,12 @@ def _cmp(label: str, workers: int = 8) -> list[dict[str, Any]]:
 FERRY = "ferry_core cas/hybrid"
 
 
+def _load_span(d: Any) -> str:
+    """A bench's 1-minute load average over its run, floor of the lower to ceiling of the higher."""
+    lo, hi = sorted((d["machine"]["loadavg_start"][0], d["machine"]["loadavg_end"][0]))
+    return f"{math.floor(lo)}–{math.ceil(hi)}"
+
+
 def _lat(rows: list[dict[str, Any]], key: str) -> list[float]:
     return [r["latency_ms"][key] for r in rows]
 
@@ -153,8 +159,7 @@ FIGURES: list[Figure] = [
     Figure(README, r"a (\d+)-CPU machine shared with other jobs, load", COMPARE,
            lambda d: str(d["machine"]["cpus_usable"])),
     Figure(README, r"load average ([\d–]+)\): ferry_core", COMPARE,
-           lambda d: f"{math.floor(min(d['machine']['loadavg_start'][0], d['machine']['loadavg_end'][0]))}–"
-                     f"{math.ceil(max(d['machine']['loadavg_start'][0], d['machine']['loadavg_end'][0]))}"),
+           _load_span),
     Figure(README, r"ferry_core\s+([\d,–]+) lifecycles/s", COMPARE,
            lambda d: _span([r["lifecycles_per_s"] for r in _cmp(FERRY)], _num)),
     Figure(README, r"lifecycles/s, p99 ([\d–]+) ms, p99.9", COMPARE, lambda d: _span(_lat(_cmp(FERRY), "p99"), _num)),
@@ -231,8 +236,7 @@ FIGURES += [
     Figure(README, r"against [\d,–]+ and ([\d,–]+) for\s+ferry_core on SQLite", PG_BENCH,
            lambda d: _span([r["lifecycles_per_s"] for r in _pg(_LITE, 8)], _num)),
     Figure(README, r"jobs: load average ([\d–]+)\) `PgLeaseStore`", PG_BENCH,
-           lambda d: f"{math.floor(min(d['machine']['loadavg_start'][0], d['machine']['loadavg_end'][0]))}–"
-                     f"{math.ceil(max(d['machine']['loadavg_start'][0], d['machine']['loadavg_end'][0]))}"),
+           _load_span),
     Figure(README, r"exactly once, with (no) CAS miss", PG_BENCH,
            lambda d: "no" if all(r["verified"]["ok"] and r["cas_miss_ratio"] == 0
                                  for r in d["runs"]) else "SOME"),
