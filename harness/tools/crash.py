@@ -9,10 +9,14 @@ clock frozen at the round's instant ``t``:
 3. every worker that got a claim fulfills it.
 
 In a fraction of the rounds (``--kill-rate``) one random worker is killed with SIGKILL:
-during its claim, during its fulfill (half of those kills hunt for the moment it holds
-SQLite's WAL write lock, i.e. *inside* its write transaction; the other half fire after a
-random delay spread over the measured duration of the call), or between its claim and its
-fulfill (it dies holding the lease). The pool records the killed op as ``info``, retires
+during its claim, during its fulfill, or between its claim and its fulfill (it dies
+holding the lease). A kill in a call takes one of three aims: it hunts for the moment the
+victim holds SQLite's WAL write lock (*inside* its write transaction), fires after a
+random delay spread over the measured duration of the call, or lands right after the
+call's first commit (``after-commit``: the victim's call then runs by itself, before the
+others of its step, so the commit counted is its own). The last makes a write that
+commits in two transactions lose its task on every such kill, whatever the load; a timer
+lands in the gap only when the gap is wide and the machine quiet. The pool records the killed op as ``info``, retires
 the worker id and starts a fresh worker; the dead worker's agent name is never reused.
 
 After a kill the controller reads every unfinished task back (``get``). A task still
@@ -76,7 +80,7 @@ from ferry_harness.report.schema import (
     violation_entry,
 )
 from ferry_harness.run.faults import integrity_op, race_at_expiry
-from ferry_harness.run.nemesis import TimedKill, draw_delay_ns, holds_wal_write_lock, stop
+from ferry_harness.run.nemesis import AIMS, TimedKill, draw_delay_ns, holds_wal_write_lock, stop
 from ferry_harness.runtime.client import PlannedCall, WorkerPool
 from ferry_harness.runtime.clock import SharedClock
 from ferry_harness.runtime.provenance import provenance
@@ -157,6 +161,7 @@ class Crash:
         self.lost: set[str] = set()  # orphans no rescuer could ever claim
         self.round = 0
         self.invariants: dict[str, str] = {}  # invariant id -> checked / skipped (why)
+        self.aims: tuple[str, ...] = ("random",)  # how a kill in a call lands (set at open)
 
     # ------------------------------------------------------------------ plumbing
     def agent(self, slot: int) -> str:
@@ -179,12 +184,19 @@ class Crash:
                   killer: TimedKill | None = None, barrier: bool | None = None) -> list[Op]:
         self.round += 1
         origin = time.monotonic_ns()
+        alone = killer is not None and killer.aim == "after-commit"
+        if alone:  # (the commits it counts must be the victim's: its call runs by itself)
+            rest = [c for c in calls if c.slot != killer.slot]
+            calls = [c for c in calls if c.slot == killer.slot]
         if killer is not None:
             killer.arm(origin)
         try:
-            ops = self.pool.run(calls, self.history, barrier=barrier, round_id=self.round)
+            ops = self.pool.run(calls, self.history, barrier=barrier and not alone,
+                                round_id=self.round)
         finally:
             killed = killer.finish() if killer is not None else False
+        if alone and rest:
+            ops += self.pool.run(rest, self.history, barrier=barrier, round_id=self.round)
         if phase in self.windows and killer is None:  # where the calls ran, for kill timing
             for o in ops:
                 if o.type != INFO and o.complete_ns and o.invoke_ns >= origin:
@@ -223,8 +235,8 @@ class Crash:
         if plan is None or plan["phase"] != phase or not calls:
             return None
         slot = calls[plan["victim"] % len(calls)].slot
-        if plan["aim"] == "write-tx":
-            return TimedKill(self.pool, slot, 0.0, aim="write-tx")
+        if plan["aim"] in ("write-tx", "after-commit"):
+            return TimedKill(self.pool, slot, 0.0, aim=plan["aim"])
         delay_ns = draw_delay_ns(self.rng, self.windows.get(phase, []))
         return TimedKill(self.pool, slot, delay_ns / 1e9)
 
@@ -245,10 +257,16 @@ class Crash:
                 self.checker.cfg = self.checker.cfg.for_capabilities(set(caps) | wal)
                 self.checker.skips = frozenset(self.pool.skips)
                 self.invariants = invariant_status(set(caps) | wal, self.pool.skips)
+                # the two aims that read SQLite's -shm need a WAL file to read
+                self.aims = (*AIMS, "after-commit") if wal else ("random",)
                 missing = [n for n in NEEDS if n not in caps]
                 if missing or not ({"poll_next", "claim"} & caps):
                     raise HarnessError(f"crash needs dispatch, poll_next or claim, fulfill and get; "
                                        f"{cfg.target} lacks {', '.join(missing) or 'poll_next/claim'}")
+                if "lease" not in caps:  # (PROTOCOL.md#ferry_capabilities)
+                    raise HarnessError(f"crash needs the lease feature: {cfg.target} declares "
+                                       "no lease, so a killed holder's task is never freed and "
+                                       "there is nothing to rescue at expiry")
                 last = time.monotonic()
                 for r in range(cfg.rounds):
                     self.one_round(r)
@@ -275,7 +293,7 @@ class Crash:
         if self.rng.random() < cfg.kill_rate:
             plan = {"phase": self.rng.choices(PHASES, PHASE_WEIGHTS)[0],
                     "victim": self.rng.randrange(pool.size),
-                    "aim": self.rng.choice(("write-tx", "random"))}
+                    "aim": self.rng.choice(self.aims)}
         # 1. every worker dispatches one task
         ops = self.run_round([PlannedCall(slot=s, op="dispatch", args={
             "target_agent": None, "queue_ttl_ms": QUEUE_TTL_MS, "exec_ttl_ms": cfg.exec_ttl_ms,
@@ -396,14 +414,17 @@ class Crash:
                                               agent=self.agent(s)) for s in rescuers])
             for o in ops:
                 mark(o, rescue)
-            won = [o for o in ops if o.type == OK and o.value]
+            got = [o for o in ops if o.type == OK and o.value]
+            for o in got:  # a poll may hand a rescuer another task, one still waiting:
+                if o.value["task_id"] != tid:  # it holds it now, so it finishes it
+                    self.finish(o.value["task_id"], o)
+            won = [o for o in got if o.value["task_id"] == tid]
             if at == "expires-1":
                 if won:
                     t.claimed_before_expiry += 1
                     for o in won:  # it is held now: finish it
                         self.finish(tid, o)
                 return won
-            won = [o for o in won if o.value["task_id"] == tid]
             if won:  # reclaimed: finish it now, at the instant it was won
                 t.reclaimed += 1
                 if self.clock() == expires:

@@ -144,6 +144,8 @@ class OrphanLeaseExact:
             k = fact(o, KilledHolder) if o.op == "get" else None
             if k is None:
                 continue
+            if "lease_expires_at" not in o.value:  # a field left out is not compared
+                continue
             expires = k.granted_at + k.exec_ttl_ms
             got = o.value.get("lease_expires_at")
             if got != expires:
@@ -173,14 +175,15 @@ class RescueAtExpiry:
         out = []
         for r, group in races.items():
             assert r.at is not None and r.expires is not None
+            # (a rescuer's poll may hand it another task, one still waiting: that is no
+            # reclaim of this one)
+            won = [o for o in won_claims(group) if o.value["task_id"] == r.task]
             if r.at < r.expires:
-                won = won_claims(group)
                 if won:
                     out.append(Violation(
                         "lease-half-open", f"task {r.task} was reclaimed at t={r.at}, before "
                         f"its dead holder's lease ends at {r.expires}", [o.index for o in won]))
                 continue
-            won = [o for o in won_claims(group) if o.value["task_id"] == r.task]
             if len(won) > 1:
                 out.append(Violation("single-winner", f"{len(won)} rescuers reclaimed task "
                                      f"{r.task} at t={r.at}", [o.index for o in won]))

@@ -198,6 +198,25 @@ def test_a_dead_holders_lease_ends_at_granted_at_plus_exec_ttl():
                             f"not {T0 + 50}", [])]
 
 
+def test_a_read_back_that_leaves_out_the_lease_end_is_not_compared():
+    """PROTOCOL.md#taskview-fields: a field a view leaves out is not compared."""
+    rec = Recorder()
+    _read_back(rec, "t1", killed=True, status="CLAIMED", claimed_by="w3")
+    assert _found(rec) == []
+    _read_back(rec, "t2", killed=True, status="CLAIMED", claimed_by="w3",
+               lease_expires_at=None)  # shown, and wrong
+    assert [f[0] for f in _found(rec)] == ["lease-half-open"]
+
+
+def test_the_crash_audit_compares_results_only_for_a_store_with_results():
+    """A store without the `results` feature keeps no result (PROTOCOL.md#ferry_capabilities)."""
+    rec = _crash_history({"by": "nobody"})
+    checker = Checker(invariants=crash_invariants())
+    checker.cfg = checker.cfg.for_capabilities({"dispatch", "claim", "fulfill", "get", "inspect"})
+    assert checker.check(rec.history) == []
+    assert _audit(_crash_history({"by": "nobody"})) != []  # with results it is a finding
+
+
 EXPIRES = T0 + 50
 
 
@@ -227,6 +246,13 @@ def test_a_rescue_before_expires_breaks_the_half_open_lease():
     _race(rec, 0, EXPIRES - 1, ["t1", None])
     assert _found(rec) == [("lease-half-open", f"task t1 was reclaimed at t={EXPIRES - 1}, "
                             f"before its dead holder's lease ends at {EXPIRES}", [0])]
+
+
+def test_a_poll_that_gets_another_task_before_expires_is_no_reclaim():
+    """A rescuer's poll_next may hand it a task still waiting, not the orphan."""
+    rec = Recorder()
+    _race(rec, 0, EXPIRES - 1, ["t7", None])
+    assert _found(rec) == []
 
 
 def test_two_rescuers_winning_one_race_break_single_winner():
