@@ -1,8 +1,9 @@
 """Checker benchmarks (pytest-benchmark): full and incremental checks of synthetic legal
 histories at 1k / 10k / 100k ops, and k-wide races on one task.
 
-With ``--benchmark-disable`` only the small sizes run (as smoke tests, each asserting the
-verdict); ``--benchmark-only`` runs every size. The growth exponent is
+With benchmarks disabled (``--benchmark-disable``, or under xdist, which disables them)
+only the small sizes run (as smoke tests, each asserting the verdict); ``--benchmark-only``
+runs every size. The growth exponent is
 log(t(100k) / t(10k)) / log(10) of the ``full`` group.
 """
 
@@ -17,14 +18,14 @@ from tests.benchmarks import races, synth
 SIZES = (1_000, 10_000, 100_000)
 
 
-def _sizes(request: pytest.FixtureRequest, n: int) -> None:
-    if n > 1_000 and request.config.getoption("--benchmark-disable"):
+def _sizes(benchmark, n: int) -> None:
+    if n > 1_000 and benchmark.disabled:  # (xdist disables benchmarks too)
         pytest.skip("large sizes run only with --benchmark-only")
 
 
 @pytest.mark.parametrize("n", SIZES)
-def test_bench_full_check(benchmark, request, n):
-    _sizes(request, n)
+def test_bench_full_check(benchmark, n):
+    _sizes(benchmark, n)
     benchmark.group = "checker: full"
     h, _ = synth.history(n)
 
@@ -36,9 +37,9 @@ def test_bench_full_check(benchmark, request, n):
 
 
 @pytest.mark.parametrize("n", SIZES)
-def test_bench_incremental_check(benchmark, request, n):
+def test_bench_incremental_check(benchmark, n):
     """One check per generator step, as the executor runs it."""
-    _sizes(request, n)
+    _sizes(benchmark, n)
     benchmark.group = "checker: incremental (whole history)"
     h, steps = synth.history(n)
 
