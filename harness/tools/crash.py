@@ -91,6 +91,7 @@ QUEUE_TTL_MS = 1_000_000_000  # tasks never time out in the queue during a campa
 MAX_ATTEMPTS = 1_000  # every kill of a holder spends an attempt; never run out
 NEEDS = ("dispatch", "fulfill", "get")
 PHASES = ("claim", "fulfill", "between")
+DEAD = object()  # a read-back view that leaves claimed_by out
 PHASE_WEIGHTS = (0.25, 0.6, 0.15)
 
 
@@ -383,7 +384,10 @@ class Crash:
             status = o.value.get("status")
             if status == "COMPLETED":
                 self.unfinished.discard(tid)
-            elif status == "CLAIMED" and o.value.get("claimed_by") in self.dead:
+            elif status == "CLAIMED" and (o.value.get("claimed_by", DEAD) is DEAD
+                                          or o.value["claimed_by"] in self.dead):
+                # (a view may leave claimed_by out: every live holder fulfilled before
+                # this read, so a task still CLAIMED is the dead worker's)
                 mark(o, KilledHolder(granted_at=at, exec_ttl_ms=self.cfg.exec_ttl_ms))
                 orphans.append(tid)
         if orphans:
@@ -495,10 +499,13 @@ class Crash:
         """Every task once, COMPLETED, with its one accepted result; tokens; integrity; WAL
         (judged by the crash's Checker: :mod:`ferry_harness.check.invariants.crash_audit`)."""
         t, pool = self.t, self.pool
+        listed = None
         if "inspect" in pool.capabilities:
-            for o in self.run_round([PlannedCall(slot=0, op="inspect", args={}, agent="auditor")]):
-                mark(o, FinalRead())
-        else:
+            [listed] = self.run_round([PlannedCall(slot=0, op="inspect", args={}, agent="auditor")])
+        if listed is not None and not (listed.type == OK and isinstance(listed.value, list)
+                                       and any("task_id" not in v for v in listed.value)):
+            mark(listed, FinalRead())
+        else:  # no inspect, or views that leave task_id out: a get of every task
             self.read(self.tasks, (FinalRead(),))
         self.judge()  # the drain's ops, then the final read-back
         t.completed = len(self.tasks) - t.tasks_lost

@@ -129,6 +129,14 @@ def test_scenario_passes_on_ferry_core(shared, name, target):
     assert not result.unknown
 
 
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_scenario_passes_views_with_only_the_required_fields(shared, name):
+    """PROTOCOL.md#taskview-fields: a view may leave out every field but status,
+    is_logically_expired and result (dag-unlock once demanded error_reason)."""
+    result = shared.run(name, "tests.variants.sparse_views:make_without_ids")
+    assert result.status == "pass", _explain(result)
+
+
 def test_race_scenarios_repeat_the_race(shared):
     result = shared.run("thundering-herd", CORE[0])
     races = {o.round for o in result.history if o.op == "poll_next" and o.round is not None}

@@ -81,3 +81,15 @@ def test_crash_refuses_a_store_without_leases_and_passes_poll_only_and_resultles
                                 kill_rate=0.8)).run()
         assert rep.summary["orphans"] > 0, caps
         assert rep.verdict == "pass", (caps, [v.message for v in rep.violations[:3]])
+
+
+def test_crash_passes_views_that_leave_out_every_field_they_may():
+    """PROTOCOL.md#taskview-fields: a view may leave out claimed_by (the read-back after a
+    kill then knows the orphan from its own history) and task_id (the closing audit then
+    reads each task with get instead of matching inspect()'s list)."""
+    for factory in ("make", "make_without_ids"):
+        rep = Crash(CrashConfig(target=f"tests.variants.sparse_views:{factory}", workers=3,
+                                rounds=40, seed=3, kill_rate=0.8)).run()
+        assert rep.summary["orphans"] > 0, factory
+        assert rep.verdict == "pass", (factory, [v.message for v in rep.violations[:3]])
+        assert rep.summary["completed"] == 120
