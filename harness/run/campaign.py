@@ -428,7 +428,8 @@ class Campaign:
                 self.findings = self._settle(runner)
                 for f in self.findings:
                     self._save(f.failure, f.invariant)
-        # schedule mode hooks SQLite statements: a Postgres target has no such re-run
+        # not (yet) for a Postgres target: --mode schedule runs one, but this re-run's
+        # search was never measured there (and an async driver reaches no point)
         unreliable = [f for f in self.findings if self.cfg.mode == "stress"
                       and f.reproduced is not None and f.reproduced[0] < RELIABLE_HITS
                       and self.runner.backend_name != POSTGRES]

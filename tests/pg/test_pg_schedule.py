@@ -19,6 +19,7 @@ from ferry_harness.check.annotations import Statements, fact
 from ferry_harness.cli.main import main
 from ferry_harness.run.campaign import Campaign, CampaignConfig, Runner, write_report
 from ferry_harness.run.steps import Dispatch, RaceClaim
+from ferry_harness.runtime.pgserver import ENV_URI
 
 TASK = Dispatch(queue_ttl_ms=60_000, exec_ttl_ms=60_000)
 CHECK_THEN_ACT = "tests.pg.broken_pg_stores:PgCheckThenActStore"
@@ -78,6 +79,7 @@ def test_psycopg_connections_report_their_transaction_and_busy_errors(pg_uri):
         from ferry_harness.runtime import schedule
 
         schedule._install_psycopg()
+        before = schedule.connections()  # sqlite3 ones of earlier tests in this process
         seen: list[Any] = []
         schedule.on_statement(lambda: seen.append(schedule._in_transaction()))
         auto = psycopg.connect(pg_uri, autocommit=True)
@@ -103,7 +105,7 @@ def test_psycopg_connections_report_their_transaction_and_busy_errors(pg_uri):
                 auto.execute("SELECT pg_advisory_xact_lock(4242)")  # waits, times out
             except psycopg.errors.LockNotAvailable:
                 pass
-        return seen, schedule.connections(), texts, schedule._state["busy"]
+        return seen, schedule.connections() - before, texts, schedule._state["busy"]
 
     def child(pipe: Any) -> None:
         try:
@@ -168,7 +170,8 @@ def test_pg_lease_store_passes_schedule_mode(pg_uri, tmp_path, ferry_budget, see
 
 
 @pytest.mark.thorough
-def test_check_then_act_minimal_schedule_replays_every_time(pg_uri, tmp_path, capsys):
+def test_check_then_act_minimal_schedule_replays_every_time(pg_uri, tmp_path, capsys,
+                                                            monkeypatch):
     """test_schedule.py's two-statement test on the Postgres twin: found by the fuzz,
     shrunk to two racers and a short schedule, 10/10, and ``ferry-harness replay``."""
     cfg = CampaignConfig(target=CHECK_THEN_ACT, budget_s=30, seed=1, mode="schedule",
@@ -184,7 +187,8 @@ def test_check_then_act_minimal_schedule_replays_every_time(pg_uri, tmp_path, ca
     assert v["reproduced"] == "10/10"
     assert len({t["worker"] for t in v["schedule_trace"]}) == 2
     capsys.readouterr()
-    assert main(["replay", str(tmp_path / "r"), "--pg-uri", pg_uri]) == 1
+    monkeypatch.setenv(ENV_URI, pg_uri)  # replay's server: the same one
+    assert main(["replay", str(tmp_path / "r")]) == 1
     assert "reproduced 10/10" in capsys.readouterr().out
 
 
