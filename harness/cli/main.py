@@ -27,7 +27,6 @@ from ferry_harness.report.protocol import read_hint
 from ferry_harness.report.schema import said_reproduced
 from ferry_harness.report.story import database_note, exit_reason, headline
 from ferry_harness.run.nemesis import FAULTS
-from ferry_harness.runtime.backend import refuse_unhooked_mode
 from ferry_harness.runtime.provenance import provenance
 from ferry_harness.runtime.target import add_import_root, add_target_option, load_factory
 
@@ -200,7 +199,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
     from ferry_harness.run.campaign import Campaign, CampaignConfig, write_report
 
-    refuse_unhooked_mode(args.target, load_factory(args.target), args.mode)
+    load_factory(args.target)  # a bad target stops here, before any directory is made
     run_seed = args.seed if args.seed is not None else random_seed()
     # examples outlive the per-run directories; the database is opened before any
     # directory is made, so a bad --example-db leaves nothing behind
@@ -322,7 +321,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         add_import_root(report.get("target_path"))
     if report.get("scenario"):
         return _replay_scenario(report, target, args.tries)
-    refuse_unhooked_mode(target, load_factory(target), args.mode or "stress")
+    load_factory(target)
     mode, steps = report.get("mode", "stress"), v["steps"]
     if args.mode == "schedule":
         det = v.get("schedule_mode") or {}

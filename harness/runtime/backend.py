@@ -87,14 +87,6 @@ def backend_of(factory: Any) -> str:
     return str(name)
 
 
-def refuse_unhooked_mode(target: str, factory: Any, mode: str) -> None:
-    """Schedule mode orders SQLite statements through Python's sqlite3 hooks; psycopg has
-    no trace callback, so a Postgres target is refused it up front (exit code 2)."""
-    if mode == "schedule" and backend_of(factory) == POSTGRES:
-        raise UsageError(f"--mode schedule cannot run the Postgres target {target}: schedule "
-                         "mode hooks SQLite statements and psycopg has none; use --mode stress")
-
-
 def refuse_postgres(command: str, target: str, factory: Any) -> None:
     """Commands that still make a SQLite file (scenario, crash) refuse a Postgres target
     with one clear line instead of handing its factory a path."""

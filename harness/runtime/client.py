@@ -74,7 +74,7 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, paren
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     # before the target opens any connection: schedule points, and the race gate's hook
-    schedule.install(conn)
+    schedule.install(conn, psycopg=scheduled)
     factory = load_factory(target)
     store = None
     while True:

@@ -19,8 +19,17 @@ first (a replay, or a shrunk schedule), then PCT (random priorities with ``depth
 points) or, for a shrunk schedule, "lowest index runs on". The decisions actually taken are
 recorded, so a failing round replays exactly.
 
-Targets that do not use Python's ``sqlite3`` (apsw, a bundled SQLite) reach no schedule
-point; the executor then falls back to stress mode and says so.
+On PostgreSQL the same points sit in front of psycopg 3's statements (sync API: the
+methods of ``psycopg.Cursor``, which ``Connection.execute`` goes through, are wrapped in
+schedule-mode workers); ``in_tx`` is the connection's transaction status. A statement
+waiting on another transaction's row lock (``FOR UPDATE``, an ``UPDATE`` of a row another
+transaction changed) leaves its worker silent, as SQLite's busy wait does, so the
+controller's rules carry over unchanged; a lock timeout, deadlock or serialization
+failure marks the next point a retry, as ``SQLITE_BUSY`` does.
+
+Targets that reach no schedule point — apsw or a bundled SQLite, an async Postgres driver
+(psycopg's ``AsyncConnection``, asyncpg) — fall back to stress mode, and the report says
+so (:func:`no_points_finding`).
 """
 
 from __future__ import annotations
@@ -45,19 +54,29 @@ from ferry_harness.runtime.wire import (
 )
 
 _original_connect = sqlite3.connect
+#: SQLSTATEs after which a Postgres store retries (as after SQLITE_BUSY): lock_not_available
+#: (lock_timeout), serialization_failure, deadlock_detected
+_PG_RETRY_STATES = frozenset({"55P03", "40001", "40P01"})
+
+
 class _State(TypedDict):
     pipe: Any  # the controller's end of this worker's pipe, None: not scheduled
     op: int | None  # the op index now running
     connections: int
     busy: bool
     hook: Callable[[], None] | None  # called at every statement (the race gate), or None
+    depth: int  # statements being run now (a driver method calling another: one point)
 
 
-_state: _State = {"pipe": None, "op": None, "connections": 0, "busy": False, "hook": None}
+_state: _State = {"pipe": None, "op": None, "connections": 0, "busy": False, "hook": None,
+                  "depth": 0}
 _open: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()  # this worker's connections
+_pg_open: weakref.WeakSet[Any] = weakref.WeakSet()  # its psycopg connections (ran a statement)
+_pg_idle: list[Any] = []  # psycopg.pq.TransactionStatus.IDLE, once psycopg is hooked
 
 
 def _point(sql: Any) -> None:
+    """The schedule point every driver's statement passes first (both drivers share it)."""
     hook = _state["hook"]
     if hook is not None:  # the race gate (ferry_harness.runtime.gate)
         hook()
@@ -79,19 +98,38 @@ def _in_transaction() -> bool:
                 return True
         except sqlite3.ProgrammingError:  # closed
             continue
+    for pg in list(_pg_open):
+        if not pg.closed and pg.info.transaction_status != _pg_idle[0]:
+            return True
     return False
 
 
-def _run(method: Any, sql: Any, *args: Any) -> Any:
-    """A schedule point, then the statement; a busy error marks the next point a retry."""
-    _point(sql)
-    try:
-        return method(sql, *args)
-    except sqlite3.OperationalError as exc:
+def _is_busy(exc: BaseException) -> bool:
+    """Will the store retry after this error because another transaction held a lock?"""
+    if isinstance(exc, sqlite3.OperationalError):
         text = str(exc)
-        if "locked" in text or "busy" in text:
+        return "locked" in text or "busy" in text
+    return getattr(exc, "sqlstate", None) in _PG_RETRY_STATES  # psycopg.Error
+
+
+def _statement(text: Any, call: Callable[[], Any]) -> Any:
+    """A schedule point, then the statement; a busy error marks the next point a retry."""
+    if _state["depth"]:  # inside a statement already past its point (a driver's own call)
+        return call()
+    _point(text)
+    _state["depth"] += 1
+    try:
+        return call()
+    except Exception as exc:
+        if _is_busy(exc):
             _state["busy"] = True
         raise
+    finally:
+        _state["depth"] -= 1
+
+
+def _run(method: Any, sql: Any, *args: Any) -> Any:
+    return _statement(sql, lambda: method(sql, *args))
 
 
 class ScheduledCursor(sqlite3.Cursor):
@@ -131,15 +169,92 @@ def _connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
     return con
 
 
-def install(pipe: Any) -> None:
-    """In a worker, before the factory runs: route every new connection through points."""
+# ---------------------------------------------------------------------------- psycopg 3
+def _pg_text(cur: Any, query: Any) -> str:
+    """A statement as text for the trace (``psycopg.sql`` objects rendered, bytes decoded)."""
+    if isinstance(query, bytes | bytearray | memoryview):
+        return bytes(query).decode("utf-8", "replace")
+    if hasattr(query, "as_string"):
+        try:
+            return str(query.as_string(cur.connection))
+        except Exception:
+            pass
+    return str(query)
+
+
+def _pg_seen(cur: Any) -> None:
+    conn = cur.connection
+    if conn not in _pg_open:
+        _pg_open.add(conn)
+        _state["connections"] += 1
+
+
+def _pg_wrap(cls: Any, name: str) -> None:
+    """Put a schedule point in front of ``cls.<name>`` (once; a subclass that overrides
+    it and calls ``super()`` passes this one)."""
+    original = cls.__dict__.get(name)
+    if original is None or getattr(original, "_ferry_point", False):
+        return
+
+    def method(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        _pg_seen(self)
+        return _statement(_pg_text(self, query), lambda: original(self, query, *args, **kwargs))
+
+    def stream(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        # a generator: the point comes when the first row is asked for, as the query runs
+        _pg_seen(self)
+        yield from _statement(_pg_text(self, query),
+                              lambda: original(self, query, *args, **kwargs))
+
+    wrapper = stream if name == "stream" else method
+    wrapper._ferry_point = True  # type: ignore[attr-defined]
+    wrapper.__name__, wrapper.__doc__ = name, original.__doc__
+    setattr(cls, name, wrapper)
+
+
+def _install_psycopg() -> bool:
+    """Route every statement of psycopg 3's sync API through :func:`_point`: the cursor
+    classes' own methods are wrapped (``Connection.execute`` goes through a cursor), so
+    every connection counts however it was made — ``psycopg.connect``, a pool, a
+    ``Connection`` subclass, a ``cursor_factory`` of the store's own. The async API
+    (``AsyncConnection``, and asyncpg) is not hooked: such a target reaches no point.
+    False when psycopg is not installed (it is never imported where it is missing)."""
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    _pg_idle[:] = [psycopg.pq.TransactionStatus.IDLE]
+    for name in ("execute", "executemany", "stream", "copy"):
+        _pg_wrap(psycopg.Cursor, name)
+    _pg_wrap(psycopg.ServerCursor, "execute")  # its own DECLARE, not Cursor.execute
+    return True
+
+
+def install(pipe: Any, *, psycopg: bool = False) -> None:
+    """In a worker, before the factory runs: route every new ``sqlite3`` connection through
+    points, and with ``psycopg`` (schedule-mode workers) every psycopg 3 statement too, if
+    psycopg is installed. Stress-mode workers leave psycopg alone: the race gate holds
+    SQLite racers only (PROTOCOL.md#postgres-targets)."""
     _state["pipe"] = pipe
     sqlite3.connect = _connect
+    if psycopg:
+        _install_psycopg()
 
 
 def connections() -> int:
-    """How many connections the target opened through Python's sqlite3 in this worker."""
+    """How many connections of the target reach schedule points in this worker: opened
+    through Python's sqlite3, or psycopg connections that ran a statement."""
     return int(_state["connections"])
+
+
+def no_points_finding(backend: str) -> str:
+    """The report's one line for a schedule-mode run whose target reached no point."""
+    if backend == "postgres":
+        return ("schedule mode needs the target to run its SQL through psycopg 3's sync API "
+                "(no schedule points were reached: an async driver such as psycopg's "
+                "AsyncConnection or asyncpg?); fell back to stress mode")
+    return ("schedule mode needs the target to use Python's sqlite3 (no schedule points were "
+            "reached: apsw or a bundled SQLite?); fell back to stress mode")
 
 
 def begin(op_index: int | None) -> None:

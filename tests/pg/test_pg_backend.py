@@ -1,7 +1,8 @@
 """The harness on a Postgres target (PROTOCOL.md#postgres-targets): the backend a factory
 declares, the URI it gets, the two probes (transaction ids, connections idle in
-transaction) with a broken store that makes each fire and PgLeaseStore passing, schedule
-mode refused up front, and (thorough) short fuzz runs of the broken Postgres stores."""
+transaction) with a broken store that makes each fire and PgLeaseStore passing, and
+(thorough) short fuzz runs of the broken Postgres stores (schedule mode:
+test_pg_schedule.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from ferry_harness.run.steps import Dispatch, IdlePoll, Reads
 from ferry_harness.runtime.backend import (
     PostgresBackend,
     backend_of,
-    refuse_unhooked_mode,
     schema_of,
     with_database,
 )
@@ -55,18 +55,6 @@ def test_the_run_database_replaces_the_uri_database_only():
 def test_a_server_is_named_by_a_uri():
     with pytest.raises(UsageError, match="libpq URI"):
         PostgresBackend("host=/tmp dbname=postgres")
-
-
-def test_schedule_mode_is_refused_for_a_postgres_target_up_front(tmp_path, capsys):
-    with pytest.raises(UsageError, match="--mode schedule"):
-        refuse_unhooked_mode("t", PgLeaseStore, "schedule")
-    refuse_unhooked_mode("t", LeaseStore, "schedule")  # SQLite: schedule mode as before
-    code = main(["fuzz", "--target", "ferry_core:PgLeaseStore", "--mode", "schedule",
-                 "--budget", "5", "--quiet", "--report-dir", str(tmp_path / "r")])
-    err = capsys.readouterr().err.strip()
-    assert code == 2
-    assert len(err.splitlines()) == 1 and "psycopg" in err and "--mode stress" in err
-    assert not (tmp_path / "r" / "report.json").exists()
 
 
 def test_the_backend_probes_see_a_transaction_id_and_an_open_transaction(pg_uri):
