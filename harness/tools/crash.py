@@ -310,10 +310,11 @@ class Crash:
     def open_stores(self, path: str) -> None:
         """Every worker opens its store (on a Postgres target: in the schema the backend
         made); the checks the target's features and its backend allow; the aims."""
-        pool, skips = self.pool, dict(self.pool.skips)
+        pool = self.pool
         if self.pg is None:
             self.path = path
             pool.open(path)
+            skips = dict(pool.skips)  # (what the target declares: known once it opened)
             # hold the target only to the features it has, as fuzz does
             extra = {"wal-file"} if os.path.exists(path + "-wal") else set()
             # the two aims that read SQLite's -shm need a WAL file to read
@@ -322,8 +323,8 @@ class Crash:
             self.path = self.pg.fresh(1)
             pool.open(self.path, together=True)
             self.pg.opened(self.path)
+            skips = {"integrity": PG_SKIPPED["integrity"], **pool.skips}
             extra = {"pg-probes"}
-            skips.setdefault("integrity", PG_SKIPPED["integrity"])
             self.watch = self.pg.watch()
             # the aims find a worker's backends by its application_name: a target that
             # names its connections itself gets timed kills only

@@ -48,7 +48,7 @@ def test_crash_passes_on_the_postgres_reference_store(pg_uri, tmp_path, capsys):
     assert children_of(os.getpid()) == []
 
 
-def test_crash_loses_the_split_claims_task_at_every_after_commit_kill(pg_uri, monkeypatch):
+def test_crash_loses_the_split_claims_tasks_to_after_commit_kills(pg_uri, monkeypatch):
     """Every kill lands in a poll, aimed right after its first commit (the victim's poll
     runs alone): the twin's claim committed its first half only, so such a kill loses the
     task, whatever the load. (A poll that first sweeps a due lease commits that first: its
