@@ -238,6 +238,9 @@ class TimedKill:
         self._armed = threading.Event()
         self._deadline_ns = 0
         self._lock = threading.Lock()
+        # after-commit on Postgres: the first transaction id that may be the victim's, read
+        # here, before the call is sent (the helper thread may first run after its commit)
+        self._xid_base = pg.next_xid() if pg is not None and aim == "after-commit" else 0
         # started now, armed later: a thread takes ~100 µs to start, which must not delay
         # the call we are timing
         self._thread = threading.Thread(target=self._fire, name="ferry-nemesis", daemon=True)
@@ -313,7 +316,7 @@ class TimedKill:
         committed."""
         assert self.pg is not None
         mine = worker_appname(self.worker.proc.pid)
-        base = self.pg.next_xid()
+        base = self._xid_base
         owner: dict[int, str] = {}
         give_up = None
         while not self._cancel.is_set():
