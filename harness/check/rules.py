@@ -227,6 +227,8 @@ RULES: tuple[Rule, ...] = (
     Rule(CA, "token-unique", "claim token(s) issued twice", "claim", TWICE),
     Rule(CA, "integrity", "PRAGMA integrity_check", "integrity", INTEGRITY),
     Rule(CA, "wal-bounded", "-wal left at", "wal-bounded", TRUNCATE),
+    Rule(CA, "wal-bounded", "was left idle in transaction", "postgres-targets",
+         "No connection is left idle in transaction between calls."),
     Rule(CR, "no-lost-task", "dispatch refused", "no-lost-task", EXISTS),
     Rule(CR, "single-winner", "pollers in one round", "single-winner", ONE_WINNER),
     Rule(CR, "holder-guard", "the holder's fulfill of task", "holder-guard", GUARD_OK),

@@ -10,7 +10,6 @@ from typing import Any
 from ferry_harness.cli.args import fraction, positive_int, random_seed, seed
 from ferry_harness.errors import ExitCode
 from ferry_harness.report.paths import check_report_dir
-from ferry_harness.runtime.backend import refuse_postgres
 from ferry_harness.runtime.target import add_target_option, load_factory
 from ferry_harness.tools.crash import Crash, CrashConfig, Tally, summary_lines, write_report
 
@@ -22,7 +21,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "workers (mid-claim, mid-fulfill including inside the write transaction, or holding a "
         "lease); reclaim every orphaned lease at exactly its expiry; then check that every task "
         "completed exactly once with its accepted result, PRAGMA integrity_check is ok and the "
-        "WAL checkpoints to 0 bytes.",
+        "WAL checkpoints to 0 bytes (a Postgres target: no connection is left idle in "
+        "transaction; no integrity check).",
         epilog="Exit codes: 0 nothing lost, 1 a loss, duplicate, integrity or lease finding, "
         "2 usage or harness error, 130 interrupted. Replay a failing run with: "
         "ferry-harness replay DIR (DIR from --report-dir).")
@@ -39,17 +39,22 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     p.add_argument("--report-dir", default=None, metavar="DIR",
                    help="also write crash.json, crash.md and history.jsonl here (without "
                    "it only the summary is printed; `ferry-harness replay DIR` reruns it)")
+    p.add_argument("--pg-uri", default=None, metavar="URI",
+                   help="a Postgres target (ferry_backend = 'postgres') runs on this server "
+                   "(a libpq URI; default: $FERRY_PG_URI, else a throwaway cluster started for "
+                   "the run); the run makes and drops a database of its own")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return {"crash": cmd_crash}
 
 
 def cmd_crash(args: argparse.Namespace) -> int:
-    refuse_postgres("crash", args.target, load_factory(args.target))
+    load_factory(args.target)  # a bad target is a usage error before anything starts
     if args.report_dir:
         check_report_dir(args.report_dir)
     run_seed = args.seed if args.seed is not None else random_seed()
     cfg = CrashConfig(target=args.target, workers=args.workers, rounds=args.rounds,
-                      seed=run_seed, report_dir=args.report_dir, kill_rate=args.kill_rate)
+                      seed=run_seed, report_dir=args.report_dir, kill_rate=args.kill_rate,
+                      pg_uri=args.pg_uri)
 
     def show(t: Tally) -> None:
         if not args.quiet:

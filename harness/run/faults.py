@@ -11,7 +11,8 @@ reads ``probe``, ``zombie``, ``integrity``; the model judges every op, the kille
   write: ``claim`` (or ``poll_next`` on a poll-only queue) of a fresh victim task,
   ``fulfill``, ``release``, ``extend`` or ``salvage`` of a live lease, ``acquire_lock`` /
   ``release_lock`` of the daemon lock, or a ``checkpoint``. Half the kills hunt for the
-  moment the victim holds SQLite's WAL write lock (``aim: write-tx``), half fire at a
+  moment the victim holds SQLite's WAL write lock (on Postgres: a transaction id of its
+  own, :mod:`ferry_harness.run.nemesis`) (``aim: write-tx``), half fire at a
   random point of the call's measured duration, so every statement of a multi-statement
   write can be the last one that ran. A found kill is shrunk to ``aim: after-commit``
   where it still fails: killed right after the call's first (or second) commit, the
@@ -54,6 +55,7 @@ from ferry_harness.check.history import FAIL, INFO, OK, History, Op
 from ferry_harness.check.ops import CallArgs
 from ferry_harness.run.nemesis import Nemesis, wait_until
 from ferry_harness.run.steps import Fault
+from ferry_harness.runtime.backend import PostgresBackend
 from ferry_harness.runtime.client import PlannedCall, WorkerPool
 from ferry_harness.runtime.clock import SharedClock
 
@@ -154,6 +156,7 @@ class Steps(Protocol):
     capabilities: set[str]
     steps: list[Any]
     example: int
+    pg: PostgresBackend | None  # a Postgres target's backend (the kill aims watch it)
 
     def run_calls(self, calls: list[PlannedCall]) -> list[Op]: ...
     def claim_ref(self, ref: int) -> KnownClaim: ...
@@ -268,8 +271,9 @@ class FaultRunner:
         """Run ``call`` with a kill armed; (its op, whether the kill fired, the killer)."""
         pool = self.ex.pool
         old_id = pool.slots[call.slot].id
+        pg = self.ex.pg.watch() if self.ex.pg is not None else None
         killer = self.nemesis.kill_timer(pool, call.slot, delay, aim=s.aim or "random",
-                                         after_commits=s.after_commits or 1)
+                                         after_commits=s.after_commits or 1, pg=pg)
         killer.arm(time.monotonic_ns())
         try:
             [op] = self.ex.run_calls([call])

@@ -16,6 +16,25 @@ exactly the kills *inside a write transaction*. The killed op is ``info``; the p
 retires the worker id and starts a fresh worker in its slot. The delay (or aim) is
 recorded in the step, so a replay fires the same way.
 
+On a Postgres target (a kill given the backend's :class:`~ferry_harness.runtime.backend.PgWatch`)
+the same aims read the server instead of the ``-shm``: every worker's connections carry
+its pid in ``application_name``, so ``pg_stat_activity`` shows the victim's backends and
+whether one holds a transaction id (``backend_xid``: it has written in its open
+transaction); ``txid_status`` says when a transaction id committed. ``in_write_tx`` then
+means: frozen while one of its backends held a transaction id with no statement of the
+victim still running (or one waiting for a lock), so the kill rolls that transaction back.
+A ``write-tx`` hunt that sees the victim's write under way kills it there even when the
+freeze finds that write done: the server runs a statement to its end whatever the client
+does, so a store whose every write is one autocommit statement (ferry_core's
+PgLeaseStore) is never killed inside a transaction, only just after a write and before
+its reply (a call cut short that took effect).
+Each look is one query, ~0.1–0.3 ms, against the ~50 µs the -shm takes: a write
+transaction shorter than that is often missed (``write-tx`` then falls back to a late
+kill, or counts ``kill-missed`` when the call ends first, as on SQLite), while
+``after-commit`` misses no commit (it lists every id assigned since it was armed) but
+lands up to a look late: a store whose two transactions follow each other within ~0.3 ms
+may be killed after both.
+
 Helpers here (:class:`TimedKill`, :func:`wal_writer`, :func:`stop`) are shared with
 ``ferry-harness crash`` (:mod:`ferry_harness.tools.crash`).
 """
@@ -34,6 +53,7 @@ import time
 from collections.abc import Iterable
 
 from ferry_harness.check.history import INFO, OK, Op
+from ferry_harness.runtime.backend import PgWatch, worker_appname
 from ferry_harness.runtime.client import Worker, WorkerPool
 from ferry_harness.runtime.clock import SharedClock
 
@@ -129,6 +149,34 @@ def holds_wal_write_lock(pid: int, db_path: str | None) -> bool:
     return wal_writer(db_path) == pid
 
 
+PG_SETTLE_S = 0.02  # a frozen victim's last statement, still running on the server: the wait
+# between two looks at the server: back to back, the watch and its server backend would
+# keep two cores busy, and on a small machine the victim (and its backend) wait for them
+PG_POLL_PAUSE_S = 0.0002
+
+
+def pg_in_write_tx(watch: PgWatch, pid: int) -> bool:
+    """Is the frozen worker ``pid`` inside a write transaction on the Postgres server? Its
+    backend may still be running the statement sent just before the freeze (a COMMIT,
+    maybe): wait up to ``PG_SETTLE_S`` for it to end (a statement blocked on a lock never
+    does, and is no COMMIT), then: does one of its backends hold a transaction id?"""
+    deadline = time.monotonic() + PG_SETTLE_S
+    while True:
+        seen = watch.backends(pid)
+        busy = [b for b in seen if b.state == "active" and not b.waiting_on_lock]
+        if not busy or time.monotonic() > deadline:
+            return any(b.xid is not None for b in seen)
+        time.sleep(0.0005)
+
+
+def in_write_tx(pid: int, db_path: str | None, watch: PgWatch | None = None) -> bool:
+    """Is the frozen worker ``pid`` inside a write transaction: SQLite's WAL write lock on
+    ``db_path``, or with ``watch`` (a Postgres target) :func:`pg_in_write_tx`."""
+    if watch is not None:
+        return pg_in_write_tx(watch, pid)
+    return holds_wal_write_lock(pid, db_path)
+
+
 _PR_SET_TIMERSLACK = 29
 _LOCAL = threading.local()
 
@@ -171,8 +219,10 @@ class TimedKill:
     """
 
     def __init__(self, pool: WorkerPool, slot: int, delay_s: float, *,
-                 aim: str = "random", hunt_s: float = 0.05, after_commits: int = 1) -> None:
+                 aim: str = "random", hunt_s: float = 0.05, after_commits: int = 1,
+                 pg: PgWatch | None = None) -> None:
         self.pool = pool
+        self.pg = pg  # a Postgres target: the aims read the server (module docstring)
         self.slot = slot
         self.delay_s = delay_s
         self.aim = aim
@@ -182,11 +232,15 @@ class TimedKill:
         self.path = pool.path
         self.killed = False
         self.in_write_tx = False
+        self._frozen = False
         self.at_ns = 0
         self._cancel = threading.Event()
         self._armed = threading.Event()
         self._deadline_ns = 0
         self._lock = threading.Lock()
+        # after-commit on Postgres: the first transaction id that may be the victim's, read
+        # here, before the call is sent (the helper thread may first run after its commit)
+        self._xid_base = pg.next_xid() if pg is not None and aim == "after-commit" else 0
         # started now, armed later: a thread takes ~100 µs to start, which must not delay
         # the call we are timing
         self._thread = threading.Thread(target=self._fire, name="ferry-nemesis", daemon=True)
@@ -213,11 +267,13 @@ class TimedKill:
                 return
         with self._lock:
             if self._cancel.is_set() or self.pool.slots[self.slot] is not self.worker:
+                if self._frozen:  # the round ended between the hunt's freeze and here
+                    os.kill(pid, signal.SIGCONT)  # (its call had answered): no kill
                 return
-            if not self.in_write_tx:  # (a successful hunt has it frozen already)
+            if not self._frozen:  # (a successful hunt has it frozen already)
                 self.at_ns = time.monotonic_ns()
                 stopped = stop(pid)  # freeze, look at its locks, then kill: an exact snapshot
-                self.in_write_tx = stopped and holds_wal_write_lock(pid, self.path)
+                self.in_write_tx = stopped and in_write_tx(pid, self.path, self.pg)
             try:
                 self.worker.doomed = True
                 os.kill(pid, signal.SIGKILL)
@@ -231,6 +287,8 @@ class TimedKill:
         WAL write lock is free again), then kill it there, between two transactions or
         after its last one. The landing does not depend on timing, so a replay lands in
         the same gap. False: the call finished first, or no commit came in time."""
+        if self.pg is not None:
+            return self._pg_after_commits()
         base = wal_changes(self.path)
         if base is None:
             return False
@@ -248,10 +306,48 @@ class TimedKill:
             time.sleep(0)
         return False
 
+    def _pg_after_commits(self) -> bool:
+        """Aim ``after-commit`` on Postgres: every transaction id the server assigns from
+        the arming on is listed (``txid_status``), so none is missed however short; one
+        seen held by another worker's backend is not the victim's. The victim's call runs
+        alone (crash and the fault runner see to it), so the others are its own; a
+        writer outside the run's workers (another database on a shared server) that
+        commits unseen would be counted too. Fires once ``after_commits`` of them are
+        committed."""
+        assert self.pg is not None
+        mine = worker_appname(self.worker.proc.pid)
+        base = self._xid_base
+        owner: dict[int, str] = {}
+        give_up = None
+        while not self._cancel.is_set():
+            if give_up is None and self._armed.is_set():
+                give_up = time.monotonic() + max(self.hunt_s, AFTER_COMMIT_WAIT_S)
+            elif give_up is not None and time.monotonic() > give_up:
+                return False
+            done = 0
+            for xid, status, holder in self.pg.xids_since(base):
+                if holder is not None:
+                    owner.setdefault(xid, holder)
+                if status == "committed" and owner.get(xid, mine) == mine:
+                    done += 1
+            if done >= self.after_commits:
+                return True
+            time.sleep(PG_POLL_PAUSE_S)
+        return False
+
+    def _in_write(self, pid: int) -> bool:
+        """One look, the victim running: does it hold the WAL write lock (SQLite) or does
+        one of its backends hold a transaction id (Postgres)?"""
+        if self.pg is not None:
+            return any(b.xid is not None for b in self.pg.backends(pid))
+        return holds_wal_write_lock(pid, self.path)
+
     def _hunt(self, pid: int) -> None:
-        """Aimed kill: poll ``F_GETLK`` until the victim holds the WAL write lock, freeze it,
+        """Aimed kill: poll ``F_GETLK`` (Postgres: ``pg_stat_activity``, see the module
+        docstring) until the victim holds the WAL write lock (a transaction id), freeze it,
         and if it still holds it, leave it frozen for the kill (``in_write_tx``); if it
-        had just committed, SIGCONT and poll on. A timer alone rarely lands inside a ~50 µs
+        had just committed, SIGCONT and poll on (on Postgres: kill it there all the same,
+        mid-call, just after its write). A timer alone rarely lands inside a ~50 µs
         transaction. Gives up when the op finished (cancelled) or after ``hunt_s``: then
         the kill is a random one."""
         give_up = None
@@ -260,15 +356,23 @@ class TimedKill:
                 give_up = time.monotonic() + self.hunt_s
             elif give_up is not None and time.monotonic() > give_up:
                 return
-            if not holds_wal_write_lock(pid, self.path):
-                time.sleep(0)  # let the main thread run (it may not have sent the call yet)
+            if not self._in_write(pid):
+                # let the main thread run (it may not have sent the call yet)
+                time.sleep(0 if self.pg is None else PG_POLL_PAUSE_S)
                 continue
             with self._lock:
                 if self._cancel.is_set():
                     return
                 self.at_ns = time.monotonic_ns()
-                if stop(pid) and holds_wal_write_lock(pid, self.path):
-                    self.in_write_tx = True
+                stopped = stop(pid)
+                if stopped and in_write_tx(pid, self.path, self.pg):
+                    self.in_write_tx = self._frozen = True
+                    return
+                if stopped and self.pg is not None:
+                    # its write was under way: a one-statement (autocommit) write runs on
+                    # the server to its end whatever the client does, so it is killed
+                    # here, mid-call, its write done or not (in_write_tx False)
+                    self._frozen = True
                     return
                 os.kill(pid, signal.SIGCONT)
 
@@ -358,10 +462,10 @@ class Nemesis:
 
     @staticmethod
     def kill_timer(pool: WorkerPool, slot: int, delay_s: float, *, aim: str,
-                   after_commits: int = 1) -> TimedKill:
+                   after_commits: int = 1, pg: PgWatch | None = None) -> TimedKill:
         """A kill of the worker in ``slot``: ``arm()`` it just before the round, ``finish()``
-        it after (see :class:`TimedKill`)."""
-        return TimedKill(pool, slot, delay_s, aim=aim, after_commits=after_commits)
+        it after (see :class:`TimedKill`; ``pg``: a Postgres target's watch)."""
+        return TimedKill(pool, slot, delay_s, aim=aim, after_commits=after_commits, pg=pg)
 
     @staticmethod
     def freeze(pool: WorkerPool, slot: int) -> tuple[int, bool]:

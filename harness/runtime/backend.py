@@ -19,6 +19,9 @@ string the *backend* makes, one per example:
   the controller: the next transaction id (``txid_snapshot_xmax(txid_current_snapshot())``:
   a call that assigned itself a transaction id moved it — autovacuum must be off, as in the
   throwaway cluster) and the run database's connections left ``idle in transaction``.
+  Every worker names its libpq connections after its pid (``PGAPPNAME``, set before the
+  target opens any: :func:`name_worker_connections`), so the nemesis can watch one
+  worker's server backends from a second connection of the controller (:class:`PgWatch`).
 
 The probes, per backend (what the executor measures around calls):
 
@@ -27,8 +30,9 @@ The probes, per backend (what the executor measures around calls):
   the worker pool's reader process (:meth:`ferry_harness.runtime.client.WorkerPool.integrity`),
   which never loads the target; the nemesis aims kills with the ``-shm`` locks.
 - Postgres: :meth:`PostgresBackend.next_xid` (``idle-no-write``) and
-  :meth:`PostgresBackend.open_transactions` (``wal-bounded``); no integrity check and no
-  aimed kills (there is no file to read).
+  :meth:`PostgresBackend.open_transactions` (``wal-bounded``); no integrity check (there
+  is no file to read); the nemesis aims kills with ``pg_stat_activity`` and
+  ``txid_status`` (:meth:`PostgresBackend.watch`).
 
 A target says which backend it needs with an attribute on its factory (a class or a
 function): ``ferry_backend = "postgres"``; without one it is ``"sqlite"``
@@ -87,13 +91,82 @@ def backend_of(factory: Any) -> str:
     return str(name)
 
 
+#: a worker's libpq connections are named ``ferry-worker-<pid>`` (``application_name``)
+APPNAME_PREFIX = "ferry-worker-"
+
+
+def worker_appname(pid: int) -> str:
+    """The ``application_name`` of the libpq connections of the worker process ``pid``."""
+    return f"{APPNAME_PREFIX}{pid}"
+
+
+def name_worker_connections() -> None:
+    """Call first thing in a worker process, before the target opens any connection: libpq
+    reads ``PGAPPNAME`` at connect, so the server lists this worker's backends under
+    :func:`worker_appname` (unless the target sets ``application_name`` itself: then the
+    nemesis finds none and its aims fall back, see :class:`PgWatch`). Harmless for SQLite."""
+    os.environ["PGAPPNAME"] = worker_appname(os.getpid())
+
+
 def refuse_postgres(command: str, target: str, factory: Any) -> None:
-    """Commands that still make a SQLite file (scenario, crash) refuse a Postgres target
+    """Commands that still make a SQLite file (scenario) refuse a Postgres target
     with one clear line instead of handing its factory a path."""
     if backend_of(factory) == POSTGRES:
         raise UsageError(f"ferry-harness {command} runs SQLite targets only; {target} is a "
                          "Postgres target (ferry_backend = 'postgres'): run ferry-harness fuzz "
                          "on it (PROTOCOL.md#postgres-targets)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerBackend:
+    """One server backend of a worker's connections, as ``pg_stat_activity`` shows it."""
+
+    pid: int  #: the server backend's pid
+    xid: int | None  #: its top-level transaction id (None: it has written nothing yet)
+    state: str  #: ``active``, ``idle``, ``idle in transaction``, ...
+    waiting_on_lock: bool  #: an ``active`` statement blocked on a lock (``wait_event_type``)
+
+
+class PgWatch:
+    """A connection of the controller's own (autocommit, read-only) from which the nemesis
+    watches one worker's server backends while that worker's call runs. It never assigns
+    a transaction id; its pid is left out of :meth:`PostgresBackend.open_transactions`.
+    One thread at a time (the nemesis' helper thread of the kill in progress)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.pid = int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+
+    def backends(self, worker_pid: int) -> list[ServerBackend]:
+        """The server backends of worker ``worker_pid``'s connections (one query)."""
+        rows = self.conn.execute(
+            "SELECT pid, backend_xid::text::bigint, state, wait_event_type = 'Lock' "
+            "FROM pg_stat_activity WHERE application_name = %s",
+            (worker_appname(worker_pid),)).fetchall()
+        return [ServerBackend(pid=int(p), xid=None if x is None else int(x),
+                              state=str(st or ""), waiting_on_lock=bool(w))
+                for p, x, st, w in rows]
+
+    def next_xid(self) -> int:
+        """The next transaction id the server will assign (64-bit, with its epoch)."""
+        return int(self.conn.execute(
+            "SELECT txid_snapshot_xmax(txid_current_snapshot())").fetchone()[0])
+
+    def xids_since(self, first: int, most: int = 64) -> list[tuple[int, str | None, str | None]]:
+        """Every transaction id assigned from ``first`` on (at most ``most``): (id, its
+        ``txid_status`` — committed, aborted, in progress —, the ``application_name`` of
+        the backend holding it now, or None once it ended or when nobody shows it)."""
+        rows = self.conn.execute(
+            "SELECT g.x, txid_status(g.x), (SELECT a.application_name FROM pg_stat_activity a"
+            " WHERE a.backend_xid::text::bigint = g.x %% 4294967296 LIMIT 1) FROM"
+            " generate_series(%s::bigint, LEAST(txid_snapshot_xmax(txid_current_snapshot()) - 1,"
+            " %s::bigint + %s - 1)) AS g(x)", (first, first, most)).fetchall()
+        return [(int(x), None if st is None else str(st), None if a is None else str(a))
+                for x, st, a in rows]
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,6 +357,7 @@ class PostgresBackend:
         self.server: PgServer | None = None
         self.admin: Any = None
         self._dropper: _Dropper | None = None
+        self._watch: PgWatch | None = None
         self._dropped_db = False
         given = uri or os.environ.get(ENV_URI) or None
         if given is not None and not given.startswith(("postgresql://", "postgres://")):
@@ -343,6 +417,15 @@ class PostgresBackend:
         if self._dropper is not None:
             self._dropper.wait()
 
+    def watch(self) -> PgWatch:
+        """The nemesis' connection (made on first use, kept for the run). A background
+        drop is finished first: the after-commit aim counts the transaction ids assigned
+        while its victim's call runs, and a drop's must not be among them."""
+        self.settle()
+        if self._watch is None:
+            self._watch = PgWatch(self._psycopg.connect(self.uri, autocommit=True))
+        return self._watch
+
     # ------------------------------------------------------------------ probes
     def next_xid(self) -> int:
         """The next transaction id to be assigned (xmax of a fresh snapshot): a call that
@@ -376,6 +459,8 @@ class PostgresBackend:
         pids = [self.admin_pid]
         if self._dropper is not None and self._dropper.pid is not None:
             pids.append(self._dropper.pid)
+        if self._watch is not None:
+            pids.append(self._watch.pid)
         return pids
 
     # ------------------------------------------------------------------ lifecycle
@@ -386,6 +471,9 @@ class PostgresBackend:
             with contextlib.suppress(Exception):
                 self._dropper.close()
             self._dropper = None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         if self.admin is not None:
             with contextlib.suppress(Exception):
                 self.admin.close()

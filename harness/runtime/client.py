@@ -73,8 +73,10 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, paren
     if os.getppid() != parent:  # the controller died before prctl took effect
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
-    # before the target opens any connection: schedule points, and the race gate's hook
+    # before the target opens any connection: schedule points, and the race gate's hook;
+    # libpq connections named after this process (the nemesis' Postgres aims find them)
     schedule.install(conn, psycopg=scheduled)
+    backend.name_worker_connections()
     factory = load_factory(target)
     store = None
     while True:

@@ -11,7 +11,8 @@ clock frozen at the round's instant ``t``:
 In a fraction of the rounds (``--kill-rate``) one random worker is killed with SIGKILL:
 during its claim, during its fulfill, or between its claim and its fulfill (it dies
 holding the lease). A kill in a call takes one of three aims: it hunts for the moment the
-victim holds SQLite's WAL write lock (*inside* its write transaction), fires after a
+victim holds SQLite's WAL write lock (on Postgres: a transaction id of its own, seen in
+``pg_stat_activity``; *inside* its write transaction either way), fires after a
 random delay spread over the measured duration of the call, or lands right after the
 call's first commit (``after-commit``: the victim's call then runs by itself, before the
 others of its step, so the commit counted is its own). The last makes a write that
@@ -31,6 +32,13 @@ dispatched task exactly once, ``COMPLETED``, with the result of its one accepted
 ``fulfill`` (or, when the killed worker's fulfill had committed before it died, that
 result); ``PRAGMA integrity_check`` (in the pool's reader process) must say ``ok``; a
 ``TRUNCATE`` checkpoint must leave the ``-wal`` empty; no claim token may repeat.
+
+A Postgres target (``ferry_backend = "postgres"``, PROTOCOL.md#postgres-targets) runs the
+same rounds in a database of the run's own (``--pg-uri``, else ``$FERRY_PG_URI``, else a
+throwaway cluster, as fuzz): the integrity check is skipped (the server checks its own
+pages), and the closing checkpoint gives way to the Postgres meaning of ``wal-bounded``:
+no connection of the target is left ``idle in transaction``. The kill aims watch the
+server (:mod:`ferry_harness.run.nemesis`).
 
 The campaign only drives and records: it marks what it knows on the ops (the round, the
 killed holder of an orphan, each rescue race) and every verdict, in-round and closing, is
@@ -73,6 +81,7 @@ from ferry_harness.check.invariants.crash_audit import crash_invariants
 from ferry_harness.errors import ExitCode, HarnessError, TargetError
 from ferry_harness.report.paths import json_text
 from ferry_harness.report.schema import (
+    BackendInfo,
     Provenance,
     Report,
     report_from_json,
@@ -80,7 +89,17 @@ from ferry_harness.report.schema import (
     violation_entry,
 )
 from ferry_harness.run.faults import integrity_op, race_at_expiry
-from ferry_harness.run.nemesis import AIMS, TimedKill, draw_delay_ns, holds_wal_write_lock, stop
+from ferry_harness.run.nemesis import AIMS, TimedKill, draw_delay_ns, in_write_tx, stop
+from ferry_harness.runtime.backend import (
+    PG_MEANINGS,
+    PG_SKIPPED,
+    POSTGRES,
+    PgWatch,
+    PostgresBackend,
+    backend_of,
+    open_tx_text,
+    opened_backend,
+)
 from ferry_harness.runtime.client import PlannedCall, WorkerPool
 from ferry_harness.runtime.clock import SharedClock
 from ferry_harness.runtime.provenance import provenance
@@ -105,6 +124,9 @@ class CrashConfig:
     kill_rate: float = 0.35
     exec_ttl_ms: int = 1_000
     integrity_every: int = 250  # rounds between integrity checks (and one at the end)
+    # a Postgres target's server (a libpq URI; None: $FERRY_PG_URI, else a throwaway
+    # cluster); never written to the report (it may carry a password)
+    pg_uri: str | None = None
 
 
 @dataclass
@@ -116,6 +138,7 @@ class Tally:
     completed: int = 0
     kills: int = 0
     kills_by_phase: dict[str, int] = field(default_factory=dict)
+    kills_by_aim: dict[str, int] = field(default_factory=dict)  # write-tx, random, ...
     kills_mid_op: int = 0
     kills_after_op: int = 0
     kills_in_write_tx: int = 0
@@ -134,6 +157,7 @@ class Tally:
     duplicate_tokens: int = 0
     integrity: str = "not run"
     wal_after_checkpoint: int | None = None
+    idle_in_transaction: int | None = None  # Postgres: connections left so at the end
     workers_replaced: int = 0
     seconds: float = 0.0
 
@@ -163,6 +187,8 @@ class Crash:
         self.round = 0
         self.invariants: dict[str, str] = {}  # invariant id -> checked / skipped (why)
         self.aims: tuple[str, ...] = ("random",)  # how a kill in a call lands (set at open)
+        self.pg: PostgresBackend | None = None  # a Postgres target's backend
+        self.watch: PgWatch | None = None  # ... and the nemesis' connection to it
 
     # ------------------------------------------------------------------ plumbing
     def agent(self, slot: int) -> str:
@@ -218,6 +244,7 @@ class Crash:
         t = self.t
         t.kills += 1
         t.kills_by_phase[phase] = t.kills_by_phase.get(phase, 0) + 1
+        t.kills_by_aim[aim] = t.kills_by_aim.get(aim, 0) + 1
         landed = "between ops" if op is None else ("mid-op" if op.type == INFO else "after-op")
         if op is not None:
             if op.type == INFO:
@@ -237,29 +264,25 @@ class Crash:
             return None
         slot = calls[plan["victim"] % len(calls)].slot
         if plan["aim"] in ("write-tx", "after-commit"):
-            return TimedKill(self.pool, slot, 0.0, aim=plan["aim"])
+            return TimedKill(self.pool, slot, 0.0, aim=plan["aim"], pg=self.watch)
         delay_ns = draw_delay_ns(self.rng, self.windows.get(phase, []))
-        return TimedKill(self.pool, slot, delay_ns / 1e9)
+        return TimedKill(self.pool, slot, delay_ns / 1e9, pg=self.watch)
 
     # ------------------------------------------------------------------ the campaign
     def run(self) -> Report:
         cfg = self.cfg
-        load_factory(cfg.target)
+        postgres = backend_of(load_factory(cfg.target)) == POSTGRES
         self.pool = WorkerPool(cfg.target, self.clock, cfg.workers)
         tmp = tempfile.mkdtemp(prefix="ferry-crash-")
         t0 = time.perf_counter()
         try:
-            with self.pool:
-                self.path = os.path.join(tmp, "crash.db")
-                self.pool.open(self.path)
+            # a Postgres target: the run's own database, made before the workers start
+            # and dropped after they stop (as fuzz)
+            with opened_backend(POSTGRES if postgres else "sqlite", directory=tmp,
+                                pg_uri=cfg.pg_uri) as backend, self.pool:
+                self.pg = backend if isinstance(backend, PostgresBackend) else None
+                self.open_stores(os.path.join(tmp, "crash.db"))
                 caps = self.pool.capabilities
-                # hold the target only to the features it has, as fuzz does
-                wal = {"wal-file"} if os.path.exists(self.path + "-wal") else set()
-                self.checker.cfg = self.checker.cfg.for_capabilities(set(caps) | wal)
-                self.checker.skips = frozenset(self.pool.skips)
-                self.invariants = invariant_status(set(caps) | wal, self.pool.skips)
-                # the two aims that read SQLite's -shm need a WAL file to read
-                self.aims = (*AIMS, "after-commit") if wal else ("random",)
                 missing = [n for n in NEEDS if n not in caps]
                 if missing or not ({"poll_next", "claim"} & caps):
                     raise HarnessError(f"crash needs dispatch, poll_next or claim, fulfill and get; "
@@ -284,6 +307,34 @@ class Crash:
             shutil.rmtree(tmp, ignore_errors=True)
         self.t.seconds = round(time.perf_counter() - t0, 2)
         return self.report()
+
+    def open_stores(self, path: str) -> None:
+        """Every worker opens its store (on a Postgres target: in the schema the backend
+        made); the checks the target's features and its backend allow; the aims."""
+        pool = self.pool
+        if self.pg is None:
+            self.path = path
+            pool.open(path)
+            skips = dict(pool.skips)  # (what the target declares: known once it opened)
+            # hold the target only to the features it has, as fuzz does
+            extra = {"wal-file"} if os.path.exists(path + "-wal") else set()
+            # the two aims that read SQLite's -shm need a WAL file to read
+            self.aims = (*AIMS, "after-commit") if extra else ("random",)
+        else:
+            self.path = self.pg.fresh(1)
+            pool.open(self.path, together=True)
+            self.pg.opened(self.path)
+            skips = {"integrity": PG_SKIPPED["integrity"], **pool.skips}
+            extra = {"pg-probes"}
+            self.watch = self.pg.watch()
+            # the aims find a worker's backends by its application_name: a target that
+            # names its connections itself gets timed kills only
+            named = all(self.watch.backends(w.proc.pid) for w in pool.slots)
+            self.aims = (*AIMS, "after-commit") if named else ("random",)
+        caps = set(pool.capabilities) | extra
+        self.checker.cfg = self.checker.cfg.for_capabilities(caps)
+        self.checker.skips = frozenset(skips)
+        self.invariants = invariant_status(caps, skips)
 
     def one_round(self, r: int) -> None:
         cfg, pool, t = self.cfg, self.pool, self.t
@@ -327,7 +378,7 @@ class Crash:
             w = pool.slots[slot]
             at_ns = time.monotonic_ns()
             stop(w.proc.pid)
-            in_tx = holds_wal_write_lock(w.proc.pid, self.path)
+            in_tx = in_write_tx(w.proc.pid, self.path, self.watch)
             w.doomed = True
             os.kill(w.proc.pid, signal.SIGKILL)
             w.proc.join(5)
@@ -490,6 +541,9 @@ class Crash:
                         self.unfinished.discard(o.args["task_id"])
 
     def integrity(self) -> str:
+        if self.pg is not None:  # (PG_SKIPPED: the server checks its own pages)
+            self.t.integrity = "skipped (Postgres target)"
+            return self.t.integrity
         text = integrity_op(self.pool, self.history, self.clock).value
         self.t.integrity = text
         self.judge()
@@ -497,7 +551,8 @@ class Crash:
 
     def audit(self) -> None:
         """Every task once, COMPLETED, with its one accepted result; tokens; integrity; WAL
-        (judged by the crash's Checker: :mod:`ferry_harness.check.invariants.crash_audit`)."""
+        (judged by the crash's Checker: :mod:`ferry_harness.check.invariants.crash_audit`).
+        On Postgres the WAL's part is: no connection left idle in transaction."""
         t, pool = self.t, self.pool
         listed = None
         if "inspect" in pool.capabilities:
@@ -505,12 +560,17 @@ class Crash:
         if listed is not None and not (listed.type == OK and isinstance(listed.value, list)
                                        and any("task_id" not in v for v in listed.value)):
             mark(listed, FinalRead())
+            finals = [listed]
         else:  # no inspect, or views that leave task_id out: a get of every task
-            self.read(self.tasks, (FinalRead(),))
+            finals = list(self.read(self.tasks, (FinalRead(),)).values())
+        if self.pg is not None and finals:
+            left = open_tx_text(self.pg)
+            t.idle_in_transaction = len(left.split("; ")) if left else 0
+            mark(finals[-1], WalSample(open_tx_after_step=left))
         self.judge()  # the drain's ops, then the final read-back
         t.completed = len(self.tasks) - t.tasks_lost
         self.integrity()
-        if "checkpoint" in pool.capabilities:
+        if "checkpoint" in pool.capabilities and self.pg is None:
             [op] = self.run_round([PlannedCall(slot=0, op="checkpoint", args={"mode": "TRUNCATE"}, agent="janitor")])
             t.wal_after_checkpoint = pool.wal_size()
             mark(op, WalSample(wal_after=t.wal_after_checkpoint))
@@ -519,9 +579,14 @@ class Crash:
     # ------------------------------------------------------------------ report
     def report(self) -> Report:
         """The campaign as a ``kind="crash"`` report (the one schema every run writes)."""
+        config = {k: v for k, v in asdict(self.cfg).items() if k != "pg_uri"}
+        b = self.pg
+        info = None if b is None else BackendInfo(
+            name=POSTGRES, server=b.where_server, isolation=f"one schema in database {b.dbname}",
+            skipped=dict(PG_SKIPPED), meanings=dict(PG_MEANINGS))
         return Report(kind="crash", verdict="fail" if self.violations else "pass",
-                      ferry=Provenance(**provenance()), target=self.cfg.target,
-                      config=asdict(self.cfg), summary=asdict(self.t),
+                      ferry=Provenance(**provenance()), target=self.cfg.target, backend=info,
+                      config=config, summary=asdict(self.t),
                       invariants=self.invariants,
                       violations=tuple(violation_entry(v, None) for v in self.violations))
 
@@ -530,13 +595,18 @@ def summary_lines(rep: Report, report_dir: str | os.PathLike[str] | None = None)
     """The printed summary; names crash.json only when ``report_dir`` holds one."""
     s, cfg = rep.summary or {}, rep.config or {}
     kp = s["kills_by_phase"]
+    closing = (f"connections idle in transaction at the end: {s['idle_in_transaction']}"
+               if s.get("idle_in_transaction") is not None else  # a Postgres target
+               f"-wal after checkpoint(TRUNCATE): {s['wal_after_checkpoint']} bytes")
     lines = [
         f"ferry crash: {rep.verdict.upper()} — {s['rounds']} rounds, {s['lifecycles']} "
         f"lifecycles on {cfg['workers']} workers against {rep.target} in {s['seconds']:.1f}s",
         f"  kills: {s['kills']} (claim {kp.get('claim', 0)}, fulfill {kp.get('fulfill', 0)}, "
         f"holding a lease between ops {kp.get('between', 0)}); mid-operation {s['kills_mid_op']}, "
         f"inside a write transaction {s['kills_in_write_tx']}, just after the reply "
-        f"{s['kills_after_op']}; timers that missed {s['kills_missed']}",
+        f"{s['kills_after_op']}; timers that missed {s['kills_missed']}"
+        + (f"; by aim: {', '.join(f'{a} {n}' for a, n in sorted(s['kills_by_aim'].items()))}"
+           if s.get("kills_by_aim") else ""),
         f"  killed fulfills: committed before death {s['fulfill_kills_committed']}, rolled back "
         f"{s['fulfill_kills_rolled_back']}",
         f"  tasks lost: {s['tasks_lost']}   duplicate completions: {s['duplicate_completions']}   "
@@ -544,9 +614,8 @@ def summary_lines(rep: Report, report_dir: str | os.PathLike[str] | None = None)
         f"  orphaned leases: {s['orphans']}, reclaimed at expiry {s['reclaimed']} (at exactly "
         f"expires: {s['reclaimed_at_expires']}; late {s['reclaimed_late']}; never "
         f"{s['never_reclaimed']}; claimed at expires-1: {s['claimed_before_expiry']})",
-        f"  integrity_check: {s['integrity']}   -wal after checkpoint(TRUNCATE): "
-        f"{s['wal_after_checkpoint']} bytes   duplicate tokens: {s['duplicate_tokens']}   "
-        f"workers replaced: {s['workers_replaced']}",
+        f"  integrity_check: {s['integrity']}   {closing}   duplicate tokens: "
+        f"{s['duplicate_tokens']}   workers replaced: {s['workers_replaced']}",
     ]
     for v in rep.violations[:10]:
         lines.append(f"  [{v.invariant}] {v.message}")

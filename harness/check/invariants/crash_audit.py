@@ -5,7 +5,8 @@ read-back (one ``inspect()``, or a ``get`` of every task) with a
 :class:`ferry_harness.check.annotations.FinalRead` fact,
 records ``PRAGMA integrity_check`` as an ``integrity_check`` op (its text as the value),
 and its closing ``checkpoint(TRUNCATE)`` with the measured ``-wal`` size as a
-:class:`~ferry_harness.check.annotations.WalSample`. A violation that the crash summary counts carries
+:class:`~ferry_harness.check.annotations.WalSample` (on a Postgres target: the final
+read-back with the connections then left idle in transaction, ``open_tx_after_step``). A violation that the crash summary counts carries
 ``detail["tally"]``: the :class:`ferry_harness.tools.crash.Tally` field it adds ``detail.get("count", 1)`` to.
 
 The campaign composes these with the fuzz checks (the model's per-object search
@@ -152,6 +153,25 @@ class WalEmptied:
                 for o, n in left if o.type != OK or n]
 
 
+class NoTransactionLeftOpen:
+    """Postgres (PROTOCOL.md#postgres-targets): when the final read-back is done no
+    connection of the target is left idle in transaction (``WalSample.open_tx_after_step``
+    on the read-back's last op, measured by the campaign on the server)."""
+
+    name = "no-transaction-left-open"
+    ids = ("wal-bounded",)
+    needs = ("pg-probes",)
+    sees_invalid_args = True
+
+    def check(self, run: RunState, fresh: list[Op]) -> list[Violation]:
+        return [Violation("wal-bounded", "when the campaign's final read-back was done a "
+                          f"connection of the target was left idle in transaction "
+                          f"({x.open_tx_after_step}): on Postgres no transaction may outlive "
+                          "the call that opened it", [o.index])
+                for o in fresh if has(o, FinalRead)
+                and (x := fact(o, WalSample)) is not None and x.open_tx_after_step]
+
+
 # fuzz checks a crash's own say already (each would file the same finding twice): the
 # integrity text (integrity-ok; a crash records no probe or zombie), the emptied -wal
 # (wal-emptied), tokens issued once (no-token-twice), the final inspect (every task once)
@@ -165,4 +185,4 @@ def crash_invariants(shared: Sequence[Invariant] = ()) -> list[Invariant]:
     ``shared`` (the fuzz checks: the model's per-object search included), less those the
     crash's own cover (``COVERED_BY_CRASH``)."""
     return [*round_invariants(), EveryTaskCompletedOnce(), NoTokenTwice(), IntegrityOk(),
-            WalEmptied(), *(i for i in shared if i.name not in COVERED_BY_CRASH)]
+            WalEmptied(), NoTransactionLeftOpen(), *(i for i in shared if i.name not in COVERED_BY_CRASH)]
