@@ -129,7 +129,12 @@ def test_scenario_passes_on_ferry_core(shared, name, target):
     assert not result.unknown
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
+#: the scenarios that read views (get or inspect) (the others run with --ferry-thorough)
+READ_VIEWS = ("dag-unlock", "zombie-holder", "double-finish", "impersonation", "checkpoint-starvation")
+
+
+@pytest.mark.parametrize("name", [n if n in READ_VIEWS else pytest.param(n, marks=pytest.mark.thorough)
+                                  for n in SCENARIOS])
 def test_scenario_passes_views_with_only_the_required_fields(shared, name):
     """PROTOCOL.md#taskview-fields: a view may leave out every field but status,
     is_logically_expired and result (dag-unlock once demanded error_reason)."""

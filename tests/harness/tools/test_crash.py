@@ -77,7 +77,7 @@ def test_crash_refuses_a_store_without_leases_and_passes_poll_only_and_resultles
     assert main(["crash", "--rounds", "3", "--target", combo("no_lease")]) == 2
     assert "crash needs the lease feature" in capsys.readouterr().err
     for caps, seed in (("poll_only", 11), ("no_results", 12)):
-        rep = Crash(CrashConfig(target=combo(caps), workers=3, rounds=60, seed=seed,
+        rep = Crash(CrashConfig(target=combo(caps), workers=3, rounds=40, seed=seed,
                                 kill_rate=0.8)).run()
         assert rep.summary["orphans"] > 0, caps
         assert rep.verdict == "pass", (caps, [v.message for v in rep.violations[:3]])
