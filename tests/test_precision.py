@@ -33,7 +33,7 @@ def test_correct_store_has_no_violation(name, mode, seed, tmp_path, ferry_budget
 # ------------------------------------------------------------- the configurable store
 #: the CI slice: the first combos of the covering array (the generator puts the ones that
 #: cover the most pairs first), each in one mode; --ferry-thorough runs every combo in both
-CI_COMBOS = 4
+CI_COMBOS = 3
 
 
 def pytest_generate_tests(metafunc):

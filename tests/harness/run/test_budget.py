@@ -126,10 +126,10 @@ def test_a_ten_second_busy_timeout_store_keeps_the_budget(mode, tmp_path):
     pytest.param(signal.SIGTERM, 3.0, id="SIGTERM-search", marks=pytest.mark.thorough),
     pytest.param(signal.SIGTERM, 8.0, id="SIGTERM-shrink"),
     pytest.param(signal.SIGTERM, 11.0, id="SIGTERM-replay", marks=pytest.mark.thorough),
-    pytest.param(signal.SIGINT, 3.0, id="SIGINT-search"),
-    # SIGINT takes the same path as SIGTERM from there on: the search phase by SIGINT (Ctrl-C),
-    # the shrink phase by SIGTERM; the replay phase and the other signal in each phase run
-    # with --ferry-thorough
+    pytest.param(signal.SIGINT, 3.0, id="SIGINT-search", marks=pytest.mark.thorough),
+    # SIGINT takes the same path as SIGTERM from there on: the default run takes the shrink
+    # phase by SIGTERM (a search-phase Ctrl-C is test_cli.py's test_ctrl_c_stops_every_worker);
+    # the other phases and the other signal in each run with --ferry-thorough
     pytest.param(signal.SIGINT, 8.0, id="SIGINT-shrink", marks=pytest.mark.thorough),
     pytest.param(signal.SIGINT, 11.0, id="SIGINT-replay", marks=pytest.mark.thorough),
 ])
