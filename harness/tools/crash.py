@@ -15,10 +15,11 @@ victim holds SQLite's WAL write lock (on Postgres: a transaction id of its own, 
 ``pg_stat_activity``; *inside* its write transaction either way), fires after a
 random delay spread over the measured duration of the call, or lands right after the
 call's first commit (``after-commit``: the victim's call then runs by itself, before the
-others of its step, so the commit counted is its own). The last makes a write that
-commits in two transactions lose its task on every such kill, whatever the load; a timer
-lands in the gap only when the gap is wide and the machine quiet. The pool records the killed op as ``info``, retires
-the worker id and starts a fresh worker; the dead worker's agent name is never reused.
+others of its step, so the commit counted is its own). The last lands between a write's
+two transactions unless the watcher wakes only after the second (a loaded machine,
+a gap of a millisecond or two); a timer lands there only when the gap is wide and the
+machine quiet. The pool records the killed op as ``info``, retires the worker id and
+starts a fresh worker; the dead worker's agent name is never reused.
 
 After a kill the controller reads every unfinished task back (``get``). A task still
 ``CLAIMED`` by a dead agent is an *orphan*: its lease was granted at ``t`` and so must end
