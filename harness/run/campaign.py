@@ -92,6 +92,7 @@ from ferry_harness.runtime.backend import (
     PostgresBackend,
     SqliteBackend,
     backend_of,
+    backend_skips,
 )
 from ferry_harness.runtime.client import WorkerPool
 from ferry_harness.runtime.clock import SharedClock
@@ -251,10 +252,7 @@ class Runner:
 
     def skips(self) -> dict[str, str]:
         """What the target declares unchecked, and what its backend cannot check."""
-        out = dict(self.pool.skips)
-        if self.backend_name == POSTGRES:
-            out.setdefault("integrity", PG_SKIPPED["integrity"])
-        return out
+        return backend_skips(self.backend_name == POSTGRES, self.pool.skips)
 
     def backend_info(self) -> BackendInfo | None:
         """For the report: which backend ran (None: SQLite, the report as it always was)."""

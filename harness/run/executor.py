@@ -50,7 +50,7 @@ from ferry_harness.runtime import schedule
 from ferry_harness.runtime.backend import (
     Backend,
     PostgresBackend,
-    has_wal_file,
+    measured,
     open_tx_text,
     remove_sqlite_files,
 )
@@ -108,11 +108,7 @@ class Executor:
         if backend is not None:
             backend.opened(path)
         self.stats.setup_s += time.perf_counter() - t0
-        self.capabilities = set(pool.capabilities)
-        if self.pg is not None:
-            self.capabilities.add("pg-probes")
-        elif has_wal_file(path):
-            self.capabilities.add("wal-file")
+        self.capabilities = set(pool.capabilities) | measured(backend, path)
         # hold the target only to the protocol features it has (ferry_harness.check.ops.FEATURES)
         self.checker.cfg = self.checker.cfg.for_capabilities(self.capabilities)
         self.checker.skips = frozenset(pool.skips)  # ferry_skips: not checked at all

@@ -488,6 +488,24 @@ class PostgresBackend:
             self.server = None
 
 
+def measured(backend: Backend | None, where: str) -> set[str]:
+    """What the harness can measure of an example's database, as capabilities the checks
+    need: ``pg-probes`` on a Postgres server, ``wal-file`` for a SQLite file the factory
+    put in WAL mode (fuzz's executor and crash hold a target to the same)."""
+    if isinstance(backend, PostgresBackend):
+        return {"pg-probes"}
+    return {"wal-file"} if has_wal_file(where) else set()
+
+
+def backend_skips(postgres: bool, declared: dict[str, str]) -> dict[str, str]:
+    """What the target declares unchecked (``ferry_skips``), and what its backend cannot
+    check (on Postgres: ``integrity``)."""
+    out = dict(declared)
+    if postgres:
+        out.setdefault("integrity", PG_SKIPPED["integrity"])
+    return out
+
+
 def open_tx_text(pg: PostgresBackend) -> str:
     """The target's connections idle in transaction now, as one line ("" when none)."""
     return "; ".join(f"server pid {o.pid}, open {o.since_s}s, last statement "

@@ -98,6 +98,8 @@ from ferry_harness.runtime.backend import (
     PgWatch,
     PostgresBackend,
     backend_of,
+    backend_skips,
+    measured,
     open_tx_text,
     opened_backend,
 )
@@ -316,22 +318,21 @@ class Crash:
         if self.pg is None:
             self.path = path
             pool.open(path)
-            skips = dict(pool.skips)  # (what the target declares: known once it opened)
-            # hold the target only to the features it has, as fuzz does
-            extra = {"wal-file"} if os.path.exists(path + "-wal") else set()
-            # the two aims that read SQLite's -shm need a WAL file to read
-            self.aims = (*AIMS, "after-commit") if extra else ("random",)
         else:
             self.path = self.pg.fresh(1)
             pool.open(self.path, together=True)
             self.pg.opened(self.path)
-            skips = {"integrity": PG_SKIPPED["integrity"], **pool.skips}
-            extra = {"pg-probes"}
-            self.watch = self.pg.watch()
-            # the aims find a worker's backends by its application_name: a target that
+        # hold the target only to the features it has, as fuzz does (the target's own
+        # ferry_skips are known once its stores opened)
+        extra = measured(self.pg, self.path)
+        skips = backend_skips(self.pg is not None, pool.skips)
+        if self.pg is None:  # the two aims that read SQLite's -shm need a WAL file to read
+            aimed = "wal-file" in extra
+        else:  # they find a worker's backends by its application_name: a target that
             # names its connections itself gets timed kills only
-            named = all(self.watch.backends(w.proc.pid) for w in pool.slots)
-            self.aims = (*AIMS, "after-commit") if named else ("random",)
+            self.watch = self.pg.watch()
+            aimed = all(self.watch.backends(w.proc.pid) for w in pool.slots)
+        self.aims = (*AIMS, "after-commit") if aimed else ("random",)
         caps = set(pool.capabilities) | extra
         self.checker.cfg = self.checker.cfg.for_capabilities(caps)
         self.checker.skips = frozenset(skips)
