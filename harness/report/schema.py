@@ -206,6 +206,11 @@ class FuzzStats:
     other_s: float = 0.0
     database_dir: str | None = None  # where the examples' database files were made (--db-dir)
     database_filesystem: str | None = None  # its file system ("tmpfs": in memory; "ext4", …)
+    # a Postgres target: steps after which "no connection idle in transaction" was judged
+    # from the workers' psycopg connections alone / by a look at the server's
+    # pg_stat_activity (ferry_harness.runtime.pgconns); 0 / 0 on SQLite
+    open_tx_local: int = 0
+    open_tx_server: int = 0
     race_overlap: tuple[RaceOverlap, ...] = ()  # per race size (fewest racers first)
 
 

@@ -214,6 +214,9 @@ class Runner:
         self.cfg = cfg
         factory = load_factory(cfg.target)
         self.backend_name = backend_of(factory)
+        # a Postgres target may empty its own schema between examples (ferry_reset)
+        self.reset = getattr(factory, "ferry_reset", None) if self.backend_name == POSTGRES \
+            else None
         self.backend: Backend | None = None
         self.clock = SharedClock()
         self.pool = WorkerPool(cfg.target, self.clock, cfg.workers,
@@ -232,8 +235,8 @@ class Runner:
         try:
             # a Postgres target: the run's own database (a throwaway cluster if no server
             # is given), made before the workers start and dropped after they stop
-            self.backend = (PostgresBackend(self.cfg.pg_uri) if self.backend_name == POSTGRES
-                            else SqliteBackend(self.tmp))
+            self.backend = (PostgresBackend(self.cfg.pg_uri, cluster_parent=self.db_dir.path)
+                            if self.backend_name == POSTGRES else SqliteBackend(self.tmp))
             t = time.perf_counter()
             self.pool.start()
             self.pool_start_s = time.perf_counter() - t
@@ -260,7 +263,11 @@ class Runner:
         if not isinstance(b, PostgresBackend):
             return None
         return BackendInfo(name=POSTGRES, server=b.where_server,
-                           isolation=f"a fresh schema per example in database {b.dbname}",
+                           isolation=(f"a fresh schema per example in database {b.dbname}"
+                                      if not b.resets else
+                                      f"one schema emptied by the target's ferry_reset between "
+                                      f"examples ({b.resets} resets; {b.schemas_made} schemas "
+                                      f"made) in database {b.dbname}"),
                            skipped=dict(PG_SKIPPED), meanings=dict(PG_MEANINGS))
 
     def executor(self, ignore: frozenset[str] = frozenset()) -> Executor:
@@ -274,10 +281,22 @@ class Runner:
         else:
             self.stats.examples += 1
         assert self.backend is not None, "a Runner runs examples inside its with-block"
-        return _Screened(self.pool, self.clock, self.backend.fresh(self.runs),
+        return _Screened(self.pool, self.clock, self._where(),
                          checker=self.checker, stats=self.stats, example=self.runs,
                          nemesis=self.nemesis, mode=self.cfg.mode, ignore=ignore,
                          backend=self.backend)
+
+    def _where(self) -> str:
+        """The next example's database: a fresh one, or on Postgres the previous schema
+        emptied by the target's own ``ferry_reset`` (PROTOCOL.md#postgres-targets) once
+        every worker closed its store (never while a worker is frozen)."""
+        b = self.backend
+        assert b is not None
+        reset = self.reset if isinstance(b, PostgresBackend) else None
+        if reset is not None and b.schemas_made and not self.pool.paused_workers() \
+                and self.pool.close_stores():
+            return b.fresh(self.runs, reset)
+        return b.fresh(self.runs)
 
     def run_steps(self, steps: list[Step],
                   ignore: frozenset[str] = frozenset()) -> tuple[list[Violation], Executor]:
@@ -695,6 +714,7 @@ class Campaign:
                                   - stats.checking_s), 3),
                 database_dir=self.runner.db_dir.path,
                 database_filesystem=self.runner.db_dir.filesystem,
+                open_tx_local=stats.open_tx_local, open_tx_server=stats.open_tx_server,
                 race_overlap=tuple(RaceOverlap(racers=k, rounds=r, overlapped=o, gated=g)
                                    for k, (r, o, g) in sorted(stats.overlap.items()))),
             budget=Budget(budget_s=self.cfg.budget_s, time_limit_s=self.cfg.time_limit_s(),

@@ -100,6 +100,7 @@ class Executor:
         # where: a SQLite path (made fresh here, as the backend does), or what a Postgres
         # backend made fresh for this example (PROTOCOL.md#postgres-targets)
         self.pg = backend if isinstance(backend, PostgresBackend) else None
+        self._pg_covered = False  # the last server look saw only workers' psycopg connections
         if self.pg is None:
             remove_sqlite_files(path)
         clock.set(START_MS)
@@ -241,7 +242,7 @@ class Executor:
         elif new and self.pg is not None and not self.pool.paused_workers():
             # Postgres: no transaction outlives its call (PROTOCOL.md#postgres-targets)
             had = fact(new[-1], WalSample) or WalSample()
-            mark(new[-1], replace(had, open_tx_after_step=open_tx_text(self.pg)))
+            mark(new[-1], replace(had, open_tx_after_step=self._open_tx_after(step)))
         self._learn(new)
         self.traces.append(StepTrace(
             task_refs=tuple(self._refs.get("tasks", ())),
@@ -254,6 +255,25 @@ class Executor:
         self.stats.checking_s += time.perf_counter() - t0
         self.violations.extend(found)
         return found
+
+    def _open_tx_after(self, step: Step) -> str:
+        """The target's connections left idle in transaction after ``step`` ("" if none).
+        The workers' psycopg connections report their own state with each answer
+        (ferry_harness.runtime.pgconns); the server is asked when one reported a
+        transaction, when their connections changed (an open, a replaced worker), after a
+        fault or audit, and after every step while it lists a connection of the run's
+        database that no worker reported (another driver)."""
+        assert self.pg is not None
+        known, in_tx = self.pool.pg_reported()
+        if (self._pg_covered and not in_tx and not self.pool.pg_changed
+                and not isinstance(step, (Fault, Audit))):
+            self.stats.open_tx_local += 1
+            return ""
+        self.pool.pg_changed = False
+        self.stats.open_tx_server += 1
+        found, unknown = self.pg.look(known)
+        self._pg_covered = not unknown
+        return open_tx_text(self.pg, found)
 
     def _step_dispatch(self, s: Dispatch) -> Step:
         if "dispatch" not in self.capabilities:

@@ -24,6 +24,10 @@ class Stats:
     setup_s: float = 0.0
     rounds_s: float = 0.0
     checking_s: float = 0.0
+    # a Postgres target, after each step: judged from the workers' own psycopg connection
+    # reports / by asking the server (ferry_harness.runtime.pgconns)
+    open_tx_local: int = 0
+    open_tx_server: int = 0
     # racers -> [rounds, overlapped, gated] (ferry_harness.runtime.gate defines both)
     overlap: dict[int, list[int]] = field(default_factory=dict)
 

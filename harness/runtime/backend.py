@@ -9,7 +9,9 @@ string the *backend* makes, one per example:
 - ``PostgresBackend``: a libpq URI naming the run's own database and the example's own
   schema (``postgresql://…/ferry_run_…?…&options=-c%20search_path%3Dex_17``). The run's
   database is created at the start and dropped at the end; each example gets a fresh,
-  empty schema and the previous one is dropped once every worker closed its store — off
+  empty schema (or, for a factory with ``ferry_reset``, the previous one emptied by the
+  target itself: :meth:`PostgresBackend.fresh`) and the previous one is dropped once every
+  worker closed its store — off
   the critical path, on a connection of its own in a background thread, and always
   finished before a transaction-id probe (so a drop never moves the probe's xid). Its
   workers open their stores all at once (one whose factory raised then opens again
@@ -30,7 +32,8 @@ The probes, per backend (what the executor measures around calls):
   the worker pool's reader process (:meth:`ferry_harness.runtime.client.WorkerPool.integrity`),
   which never loads the target; the nemesis aims kills with the ``-shm`` locks.
 - Postgres: :meth:`PostgresBackend.next_xid` (``idle-no-write``) and
-  :meth:`PostgresBackend.open_transactions` (``wal-bounded``); no integrity check (there
+  :meth:`PostgresBackend.look` (``wal-bounded``: asked only when the workers' own
+  connection reports, :mod:`ferry_harness.runtime.pgconns`, cannot answer); no integrity check (there
   is no file to read); the nemesis aims kills with ``pg_stat_activity`` and
   ``txid_status`` (:meth:`PostgresBackend.watch`).
 
@@ -338,16 +341,18 @@ class PostgresBackend:
     """A database of the run's own on a PostgreSQL server, a fresh schema per example.
 
     ``uri`` is a server to use (``--pg-uri``, else ``$FERRY_PG_URI``); None starts a
-    throwaway cluster (:class:`ferry_harness.runtime.pgserver.PgServer`), stopped and
-    removed by ``close()``. The admin connection is autocommit and only ever reads
-    (the probes) or runs DDL between examples.
+    throwaway cluster (:class:`ferry_harness.runtime.pgserver.PgServer`) in a directory
+    of its own under ``cluster_parent`` (fuzz: its ``--db-dir``, so a tmpfs where SQLite
+    files would go there too), stopped and removed by ``close()``. The admin connection
+    is autocommit and only ever reads (the probes) or, between examples, runs DDL or the
+    target's ``ferry_reset``.
     """
 
     name = POSTGRES
     #: the workers open their stores at once (WorkerPool.open); see the module docstring
     opens_together = True
 
-    def __init__(self, uri: str | None = None) -> None:
+    def __init__(self, uri: str | None = None, *, cluster_parent: str | None = None) -> None:
         try:
             import psycopg  # optional: only a Postgres target needs it
         except ImportError:
@@ -369,9 +374,11 @@ class PostgresBackend:
         self._previous: str | None = None  # the schema of the example running now
         self._pending_drop: str | None = None  # the one before: dropped once it is closed
         self.schemas_made = 0
+        self.resets = 0  # examples that reused the previous schema, emptied by ferry_reset
+        self.reset_failed: str | None = None  # the last ferry_reset that raised, and why
         try:
             if given is None:
-                self.server = PgServer().start()
+                self.server = PgServer(parent=cluster_parent).start()
                 self.server_uri = self.server.uri
             else:
                 self.server_uri = given
@@ -395,7 +402,15 @@ class PostgresBackend:
         return (_redacted(self.given_uri) if self.given_uri
                 else "a throwaway cluster (ferry_harness.runtime.pgserver)")
 
-    def fresh(self, example: int) -> str:
+    def fresh(self, example: int, reset: Any = None) -> str:
+        """The ``where`` of example ``example``: a new, empty schema ``ex_<example>`` — or,
+        with ``reset`` (the target's ``ferry_reset``, PROTOCOL.md#postgres-targets, called
+        once every store of the previous example is closed), the previous example's
+        schema emptied by the target itself. A reset that raises or waits on a lock for
+        over a second is undone, and a new schema is made instead."""
+        if reset is not None and self._previous is not None and self._reset(reset):
+            self.resets += 1
+            return schema_uri(self.uri, self._previous)
         schema = f"ex_{example}"
         # one round trip (no parameters: psycopg sends both as one simple query)
         self.admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE; CREATE SCHEMA "{schema}"')
@@ -403,6 +418,18 @@ class PostgresBackend:
         self._pending_drop = self._previous
         self._previous = schema
         return schema_uri(self.uri, schema)
+
+    def _reset(self, reset: Any) -> bool:
+        schema = self._previous
+        try:
+            with self.admin.transaction():
+                self.admin.execute("SET LOCAL lock_timeout = '1s'")
+                reset(self.admin, schema)
+        except Exception as exc:  # whatever the target's reset raised: a fresh schema
+            self.reset_failed = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+            return False
+        self._pending_drop = None  # the schema stays in use
+        return True
 
     def opened(self, where: str) -> None:
         """Every worker closed the previous example's store: its schema is dropped in the
@@ -438,7 +465,24 @@ class PostgresBackend:
     def open_transactions(self) -> list[OpenTransaction]:
         """The run database's connections (not this one) idle in a transaction now and
         still after a short recheck (a killed worker's backend ends a moment later)."""
-        seen = self._idle_in_tx()
+        return self._rechecked(self._idle_in_tx())
+
+    def look(self, known: set[int]) -> tuple[list[OpenTransaction], bool]:
+        """One look at the run database's client connections (not the controller's own):
+        those idle in a transaction (rechecked as :meth:`open_transactions`), and whether
+        one of them is not in ``known`` (the pids the workers' psycopg connections
+        reported: ferry_harness.runtime.pgconns)."""
+        rows = self.admin.execute(
+            "SELECT pid, state LIKE 'idle in transaction%%', "
+            "extract(epoch FROM now() - xact_start), query FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> ALL(%s) AND backend_type = 'client backend'",
+            (self.dbname, self._own_pids())).fetchall()
+        unknown = any(int(p) not in known for p, *_ in rows)
+        idle = [OpenTransaction(pid=int(p), since_s=round(float(s or 0), 3), query=str(q or ""))
+                for p, t, s, q in rows if t]
+        return self._rechecked(idle), unknown
+
+    def _rechecked(self, seen: list[OpenTransaction]) -> list[OpenTransaction]:
         for pause in _OPEN_TX_RECHECKS:
             if not seen:
                 return []
@@ -506,16 +550,21 @@ def backend_skips(postgres: bool, declared: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def open_tx_text(pg: PostgresBackend) -> str:
-    """The target's connections idle in transaction now, as one line ("" when none)."""
+def open_tx_text(pg: PostgresBackend, found: list[OpenTransaction] | None = None) -> str:
+    """The target's connections idle in transaction now (or ``found``), as one line ("" when
+    none)."""
     return "; ".join(f"server pid {o.pid}, open {o.since_s}s, last statement "
-                     f"{o.query[:160]!r}" for o in pg.open_transactions())
+                     f"{o.query[:160]!r}" for o in (pg.open_transactions() if found is None
+                                                    else found))
 
 
 @contextlib.contextmanager
-def opened_backend(name: str, *, directory: str, pg_uri: str | None = None) -> Iterator[Backend]:
-    """The backend ``name`` for one run, closed when the block ends."""
-    b: Backend = PostgresBackend(pg_uri) if name == POSTGRES else SqliteBackend(directory)
+def opened_backend(name: str, *, directory: str, pg_uri: str | None = None,
+                   cluster_parent: str | None = None) -> Iterator[Backend]:
+    """The backend ``name`` for one run, closed when the block ends (a throwaway cluster,
+    where one is started, under ``cluster_parent``)."""
+    b: Backend = (PostgresBackend(pg_uri, cluster_parent=cluster_parent) if name == POSTGRES
+                  else SqliteBackend(directory))
     try:
         yield b
     finally:

@@ -22,7 +22,7 @@ import signal
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from ferry_harness.check.annotations import CutShort, Died, Hung, Statements, ma
 from ferry_harness.check.history import INFO, History, Op
 from ferry_harness.check.ops import CallArgs
 from ferry_harness.errors import HarnessError
-from ferry_harness.runtime import backend, schedule
+from ferry_harness.runtime import backend, pgconns, schedule
 from ferry_harness.runtime import gate as gate_mod
 from ferry_harness.runtime.calls import capabilities, execute
 from ferry_harness.runtime.clock import SharedClock
@@ -78,6 +78,8 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, paren
     schedule.install(conn, psycopg=scheduled)
     backend.name_worker_connections()
     factory = load_factory(target)
+    # a Postgres target: its psycopg connections report their own transaction state
+    track_pg = backend.backend_of(factory) == backend.POSTGRES and pgconns.install()
     store = None
     while True:
         try:
@@ -86,7 +88,11 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, paren
             break
         match msg:
             case CallOp():
-                send(conn, _call(store, msg, conn, clock, gate_fd, board))
+                done = _call(store, msg, conn, clock, gate_fd, board)
+                if track_pg:
+                    in_tx, pids = pgconns.report()
+                    done = replace(done, pg_in_tx=in_tx, pg_pids=pids)
+                send(conn, done)
             case OpenStore():
                 if store is not None:
                     _close(store)
@@ -98,7 +104,8 @@ def _worker_main(conn: Any, target: str, clock: SharedClock, gate_fd: int, paren
                         caps.add("schedule-points")
                     send(conn, StoreOpened(
                         capabilities=tuple(sorted(caps)),
-                        skips=dict(getattr(store, "ferry_skips", None) or {})))
+                        skips=dict(getattr(store, "ferry_skips", None) or {}),
+                        pg_pids=pgconns.report(force=True)[1] if track_pg else None))
                 except Exception as exc:
                     send(conn, StoreOpenFailed(error=f"{type(exc).__name__}: {exc}"))
             case CloseStore():
@@ -232,6 +239,10 @@ class Worker:
     conn: Any
     paused: bool = False
     doomed: bool = False  # a fault is killing it: its death is injected, not a finding
+    # a Postgres target (ferry_harness.runtime.pgconns): its psycopg connections' server
+    # pids, and whether one was inside a transaction after its last call
+    pg_pids: tuple[int, ...] = ()
+    pg_in_tx: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -277,6 +288,9 @@ class WorkerPool:
         self.slots: list[Worker] = []
         self.next_id = 0
         self.replaced = 0
+        # a Postgres target's workers' psycopg connections changed (opened, replaced)
+        # since the controller last asked the server (ferry_harness.runtime.pgconns)
+        self.pg_changed = False
         self.path: str | None = None
         self.capabilities: frozenset[str] = frozenset()
         self.skips: dict[str, str] = {}  # invariants the target declares it cannot be checked on
@@ -309,6 +323,13 @@ class WorkerPool:
 
     def paused_workers(self) -> list[int]:
         return [w.id for w in self.slots if w.paused]
+
+    def pg_reported(self) -> tuple[set[int], bool]:
+        """A Postgres target (ferry_harness.runtime.pgconns): the server pids of the workers'
+        open psycopg connections, and whether one was inside a transaction after its
+        worker's last call."""
+        return ({p for w in self.slots for p in w.pg_pids},
+                any(w.pg_in_tx for w in self.slots))
 
     def _mark_hung(self, op: Op, waited: float, by_deadline: bool) -> None:
         """An op that did not return: a liveness finding, unless the budget cut it short or
@@ -409,6 +430,19 @@ class WorkerPool:
         for slot in again:
             self._open_slot(slot)
 
+    def close_stores(self) -> bool:
+        """Every worker closes its store (the next example reuses the database: the
+        target's ``ferry_reset`` empties it first). False if one did not say it closed
+        in time (its store may still be open: then nothing is reused)."""
+        live = []
+        for w in self.slots:
+            try:
+                send(w.conn, CloseStore())
+                live.append(w)
+            except (OSError, ValueError):
+                return False
+        return all(isinstance(self._recv(w, self.op_timeout_s), StoreClosed) for w in live)
+
     def _open_slot(self, slot: int) -> None:
         w = self.slots[slot]
         send(w.conn, OpenStore(path=self.path))
@@ -426,6 +460,8 @@ class WorkerPool:
             raise HarnessError(f"worker {w.id} did not open the store within {self.op_timeout_s}s")
         self.capabilities = frozenset(reply.capabilities)
         self.skips = dict(reply.skips)
+        w.pg_pids, w.pg_in_tx = reply.pg_pids or (), False
+        self.pg_changed = True
         return True
 
     def replace(self, slot: int) -> Worker:
@@ -437,6 +473,7 @@ class WorkerPool:
         old.conn.close()
         self.slots[slot] = self._spawn()
         self.replaced += 1
+        self.pg_changed = True
         if self.path is not None:
             self._open_slot(slot)
         return self.slots[slot]
@@ -623,6 +660,11 @@ class WorkerPool:
         """Fill ``op`` with a worker's answer, and keep its call's span for ``last_spans``."""
         _record(op, reply)
         self._observe(op)
+        w = next((w for w in self.slots if w.id == op.process), None)
+        if w is not None:
+            w.pg_in_tx = reply.pg_in_tx
+            if reply.pg_pids is not None:
+                w.pg_pids, self.pg_changed = reply.pg_pids, True
         if reply.invoke_ns and reply.complete_ns:
             self._spans[op.index] = gate_mod.RacerSpan(
                 start_ns=reply.sql_start_ns or reply.invoke_ns, end_ns=reply.complete_ns)

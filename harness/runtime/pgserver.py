@@ -56,6 +56,10 @@ SETTINGS = {
     # a throwaway cluster: no background writes (autoanalyze assigns transaction ids,
     # which would blur "this call wrote nothing"), no CPU taken from the racing workers
     "autovacuum": "off",
+    # on a tmpfs (the default where one is, as for SQLite files) the WAL is memory: keep
+    # it to a few segments between checkpoints instead of the 1 GB default
+    "max_wal_size": "256MB",
+    "min_wal_size": "32MB",
 }
 _START_TIMEOUT_S = 30
 
@@ -99,12 +103,15 @@ class PgServer:
     """One throwaway cluster: ``with PgServer() as pg: connect(pg.uri)``.
 
     ``directory``: where the cluster lives (data directory, log, socket); None makes a
-    fresh one under the system temp dir. Either way it is removed on ``stop``. As root the
+    fresh one under ``parent`` (default: the system temp dir; ``fuzz`` passes its
+    ``--db-dir``, /dev/shm where that is a tmpfs: DDL there was measured 3.6x faster than
+    on ext4). Either way it is removed on ``stop``. As root the
     ``postgres`` user must be able to reach it (the default is). ``startup_s`` is what
     ``initdb`` + ``pg_ctl start`` took, measured.
     """
 
-    def __init__(self, directory: str | None = None, *, bindir: str | None = None) -> None:
+    def __init__(self, directory: str | None = None, *, bindir: str | None = None,
+                 parent: str | None = None) -> None:
         self.bindir = bindir or find_bindir()
         if self.bindir is None:
             raise PgServerError(
@@ -113,7 +120,7 @@ class PgServer:
                 f"{ENV_URI} to an existing server")
         self._own_dir = directory is None
         self.directory = os.path.abspath(
-            directory if directory is not None else tempfile.mkdtemp(prefix="ferry-pg-"))
+            directory if directory is not None else tempfile.mkdtemp(prefix="ferry-pg-", dir=parent))
         self.datadir = os.path.join(self.directory, "data")
         self.logfile = os.path.join(self.directory, "server.log")
         self._socket_tmp: str | None = None

@@ -82,6 +82,9 @@ class StoreOpened:
 
     capabilities: tuple[str, ...]  # sorted operations and features (ferry_harness.check.ops)
     skips: dict[str, str]  # invariant id -> why the target says it cannot be checked
+    # a Postgres target: the server pids of the psycopg 3 connections the worker's process
+    # has open now (ferry_harness.runtime.pgconns); None: not tracked
+    pg_pids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +117,12 @@ class OpDone:
     # gate let it go, if it held it); 0: not a race call, or it ran no SQL statement
     sql_start_ns: int = 0
     gated: bool = False  # the race gate held it and it left with every racer arrived
+    # a Postgres target (ferry_harness.runtime.pgconns): one of the worker's psycopg 3
+    # connections was inside a transaction (or running a statement) when the call returned
+    pg_in_tx: bool = False
+    # the server pids of its open psycopg 3 connections, when they changed since its last
+    # answer (None: unchanged, or not tracked)
+    pg_pids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

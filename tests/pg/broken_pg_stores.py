@@ -5,7 +5,9 @@ harness as ``tests.pg.broken_pg_stores:<Class>`` and called ``Class(uri, clock=c
 with the example's schema in the URI (PROTOCOL.md#postgres-targets). ``BROKEN_PG`` maps
 each to the invariant id it must trip.
 
-The first two break the Postgres meanings of the WAL invariants; the others are
+The first three break the Postgres meanings of the WAL invariants (the third,
+``OpenSideConnectionStore``, on a connection psycopg did not make, for the server-side
+look; it twins nothing and is exercised by tests/pg/test_pg_backend.py only); the others are
 tests/broken_stores.py's bugs re-based on PgLeaseStore. ``PG_BROKEN`` (name -> (invariant,
 why)) and ``PG_FAULT_BROKEN`` (name -> (faults, invariant, why)) register every one,
 ``TWIN`` names the Postgres store of each entry of tests/broken_stores.py's ``BROKEN`` and
@@ -29,7 +31,12 @@ import uuid
 from typing import Any
 
 from ferry_core import PgLeaseStore, errors, pgstore
-from ferry_core.pgstore import _CLAIM_NEXT, _CLAIM_NEXT_UNLESS_DUE, _CLAIM_ONE
+from ferry_core.pgstore import (
+    _CLAIM_NEXT,
+    _CLAIM_NEXT_UNLESS_DUE,
+    _CLAIM_ONE,
+    _CLAIM_ONE_UNLESS_DUE,
+)
 from ferry_core.store import _name, _positive_int, _to_json
 from ferry_core.types import SUBMITTED, Claim, TaskView
 
@@ -63,6 +70,47 @@ class OpenAfterReadStore(PgLeaseStore):
         if self.in_transaction():  # the next call ends what get left open
             self._conn.execute("COMMIT")
         return super()._now()
+
+
+class OpenSideConnectionStore(PgLeaseStore):
+    """BUG: as ``OpenAfterReadStore``, but the transaction left open is on a second
+    connection made with libpq directly (``psycopg.pq.PGconn``, not a
+    ``psycopg.Connection``: as another driver's would be), which the workers' own
+    connection reports cannot see (ferry_harness.runtime.pgconns): only the server's
+    ``pg_stat_activity`` shows it. Invariant: ``wal-bounded`` (its Postgres meaning)."""
+
+    _side: Any = None
+
+    def get(self, task_id: str) -> Any:
+        view = super().get(task_id)
+        pq = self._psycopg.pq
+        if self._side is None:
+            self._side = pq.PGconn.connect(self.uri.encode())
+        if self._side.transaction_status == pq.TransactionStatus.IDLE:
+            self._side.exec_(b"BEGIN")  # BUG: never committed by this call
+            self._side.exec_(b"SELECT 1")
+        return view
+
+    def _now(self) -> int:
+        side = self._side
+        if side is not None and side.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
+            side.exec_(b"COMMIT")  # the next call ends what get left open
+        return super()._now()
+
+    def close(self) -> None:
+        if self._side is not None:
+            self._side.finish()
+        super().close()
+
+
+class FailingResetStore(PgLeaseStore):
+    """Not a broken store: PgLeaseStore whose ``ferry_reset`` raises, so the harness must
+    fall back to a fresh schema per example (tests/pg/test_pg_backend.py)."""
+
+    @staticmethod
+    def ferry_reset(conn: Any, schema: str) -> None:
+        conn.execute(f'DELETE FROM "{schema}".tasks')  # undone: the reset fails after it
+        raise RuntimeError("this reset always fails")
 
 
 class PgCheckThenActStore(PgLeaseStore):
@@ -412,7 +460,7 @@ class PgSplitClaimStore(PgLeaseStore):
     PLACEHOLDER = 2 ** 62
 
     def _rows(self, sql: str, args: Any = None) -> list[tuple]:
-        if sql not in (_CLAIM_ONE, _CLAIM_NEXT, _CLAIM_NEXT_UNLESS_DUE):
+        if sql not in (_CLAIM_ONE, _CLAIM_ONE_UNLESS_DUE, _CLAIM_NEXT, _CLAIM_NEXT_UNLESS_DUE):
             return super()._rows(sql, args)
         won = super()._rows(sql.replace(" claim_token=%(token)s,", "").replace(  # BUG: 1 of 2
             "lease_expires_at=%(now)s + exec_ttl_ms", f"lease_expires_at={self.PLACEHOLDER}"),
@@ -420,13 +468,14 @@ class PgSplitClaimStore(PgLeaseStore):
         if not won:
             return won
         time.sleep(TOCTOU_WINDOW_S)
-        task_id = args["task_id"] if sql == _CLAIM_ONE else won[0][0]
+        one = sql in (_CLAIM_ONE, _CLAIM_ONE_UNLESS_DUE)
+        task_id = args["task_id"] if one else won[0][0]
         rows = super()._rows(
             "UPDATE tasks SET claim_token=%(token)s, lease_expires_at=%(now)s + exec_ttl_ms"
             " WHERE task_id=%(t)s AND status='CLAIMED' AND claimed_by=%(agent)s"
             " AND claim_token IS NULL RETURNING claimed_at, lease_expires_at, attempt",
             {**args, "t": task_id})
-        return rows if sql == _CLAIM_ONE else [(task_id, *rows[0])]
+        return rows if one else [(task_id, *rows[0])]
 
 
 #: target -> the invariant a short fuzz must name

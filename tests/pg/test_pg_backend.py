@@ -106,6 +106,8 @@ def test_the_backend_probes_see_a_transaction_id_and_an_open_transaction(pg_uri)
     ("ferry_core:PgLeaseStore", None),
     ("tests.pg.broken_pg_stores:HeartbeatPollStore", "idle-no-write"),
     ("tests.pg.broken_pg_stores:OpenAfterReadStore", "wal-bounded"),
+    # a connection psycopg did not make: only the server's pg_stat_activity shows it
+    ("tests.pg.broken_pg_stores:OpenSideConnectionStore", "wal-bounded"),
 ])
 def test_the_executor_files_the_postgres_meanings(pg_uri, target, invariant):
     with Runner(CampaignConfig(target=target, workers=2, pg_uri=pg_uri)) as r:
@@ -300,4 +302,79 @@ def test_the_workers_of_a_postgres_run_open_their_stores_at_once(pg_uri):
         assert tries == [False, True, True]  # side by side, then the refused one alone
     finally:
         pool.close()
+        pg.close()
+
+
+def test_a_worker_reads_its_psycopg_connections_state_without_asking_the_server(pg_uri):
+    """ferry_harness.runtime.pgconns: every psycopg connection made after install() is
+    seen; an open transaction is reported; the server pids only when they changed."""
+    import psycopg
+
+    from ferry_harness.runtime import pgconns
+
+    assert pgconns.install()
+    pgconns.report(force=True)
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        pid = conn.info.backend_pid
+        in_tx, pids = pgconns.report()
+        assert not in_tx and pids is not None and pid in pids
+        assert pgconns.report() == (False, None)  # unchanged: no pids sent again
+        conn.execute("BEGIN")
+        conn.execute("SELECT 1")
+        assert pgconns.report() == (True, None)
+        conn.execute("COMMIT")
+        assert pgconns.report() == (False, None)
+    in_tx, pids = pgconns.report()
+    assert not in_tx and pids is not None and pid not in pids  # closed: gone from the list
+
+
+RESET_STEPS = [Dispatch(queue_ttl_ms=60_000, exec_ttl_ms=60_000),
+               Dispatch(queue_ttl_ms=60_000, exec_ttl_ms=60_000, depends_on=(0,)), Reads()]
+
+
+@pytest.mark.parametrize("target, resets", [
+    ("ferry_core:PgLeaseStore", 2),  # ferry_reset: one schema, emptied twice
+    ("tests.pg.broken_pg_stores:FailingResetStore", 0),  # its reset raises: fresh schemas
+])
+def test_a_target_that_resets_its_schema_gets_it_back_empty(pg_uri, target, resets):
+    """PROTOCOL.md#postgres-targets: with ferry_reset the next example reuses the schema,
+    emptied by the target, and sees nothing of the one before; a reset that raises is
+    rolled back and the example gets a fresh schema."""
+    with Runner(CampaignConfig(target=target, workers=2, pg_uri=pg_uri)) as r:
+        runs = [r.run_steps(RESET_STEPS) for _ in range(3)]
+        b = r.backend
+        assert isinstance(b, PostgresBackend)
+        assert (b.resets, b.schemas_made) == (resets, 3 - resets)
+        assert (b.reset_failed is None) == (resets > 0)
+    for found, ex in runs:
+        assert found == []
+        listed = [o for o in ex.history.ops if o.op == "inspect" and o.type == "ok"]
+        assert listed, "Reads ran no inspect"
+        assert sorted(v["task_id"] for v in listed[-1].value) == sorted(ex.tasks)
+
+
+def test_pg_lease_store_reset_empties_every_table_and_keeps_the_schema(pg_uri):
+    pg = PostgresBackend(pg_uri)
+    try:
+        where = pg.fresh(1)
+        clock = ManualClock(T0)
+        with PgLeaseStore(where, clock=clock) as s:
+            parent = s.dispatch(None)
+            s.dispatch(None, depends_on=[parent])
+            c = s.claim(parent, "a")
+            s.salvage(parent, "a", c.token, {"part": 1})
+            assert s.acquire_lock("daemon", "a", 1000)
+        with pg.admin.transaction():
+            PgLeaseStore.ferry_reset(pg.admin, "ex_1")
+        counts = pg.admin.execute(
+            "SELECT (SELECT count(*) FROM ex_1.tasks), (SELECT count(*) FROM ex_1.task_deps),"
+            " (SELECT count(*) FROM ex_1.claim_tokens), (SELECT count(*) FROM ex_1.salvage),"
+            " (SELECT count(*) FROM ex_1.daemon_locks), (SELECT count(*) FROM ex_1.ferry_meta)"
+        ).fetchone()
+        assert counts == (0, 0, 0, 0, 0, 1)
+        with PgLeaseStore(where, clock=clock) as again:  # opens without making anything
+            assert again.inspect() == [] and again.lock_holder("daemon") is None
+        with pytest.raises(Exception, match="identifier"):
+            PgLeaseStore.ferry_reset(pg.admin, 'ex_1"; DROP TABLE x; --')
+    finally:
         pg.close()

@@ -81,7 +81,7 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
     # a Postgres target: the harness's Postgres backend for the whole bench (``pg_uri``,
     # else $FERRY_PG_URI, else a throwaway cluster; a database of its own, dropped at the
     # end), each of its runs in a fresh schema
-    server = (opened_backend(POSTGRES, directory=base, pg_uri=pg_uri)
+    server = (opened_backend(POSTGRES, directory=base, pg_uri=pg_uri, cluster_parent=db_dir)
               if any(t.backend == POSTGRES for t, _, _ in variants) else nullcontext(None))
     try:
         with server as pg:
