@@ -676,15 +676,17 @@ class PgLeaseStore(_StoreFront):
         token = str(uuid.uuid4())
         args = {"agent": agent_id, "token": token, "now": now, "task_id": task_id}
         # with sweep: claim unless a sweep is due (the sweep's own check, in the same
-        # statement); only when that changed nothing, look whether one was due, sweep,
-        # and claim again — the same outcome as sweep-then-claim, one round trip fewer
+        # statement: one round trip in the usual case). When that changed nothing, it is
+        # sweep-then-claim as before: sweep if one is due, then claim whatever the first
+        # statement saw (another process may have swept in between, or won the task)
         rows = self._rows(_CLAIM_ONE_UNLESS_DUE if sweep else _CLAIM_ONE, args)
         exists: bool | None = None
         if not rows and sweep:
             due, exists = self._rows(_CLAIM_MISS, args)[0]
-            if due:
-                self.sweep_at(now)
-                rows, exists = self._rows(_CLAIM_ONE, args), None
+            if exists:
+                if due:
+                    self.sweep_at(now)
+                rows = self._rows(_CLAIM_ONE, args)
         self._claim_attempts += 1
         if len(rows) == 1:
             claimed_at, expires, attempt = rows[0]

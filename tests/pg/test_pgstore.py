@@ -407,3 +407,29 @@ def test_an_older_schema_is_brought_up_to_date_on_open(pg_uri, pg_schema, pg_adm
     version = pg_admin.execute(f'SELECT max(version) FROM "{pg_schema}".ferry_meta').fetchone()
     assert version[0] == PG_SCHEMA_VERSION
 
+
+
+def test_a_claim_whose_due_sweep_another_store_ran_first_still_claims(pg_uri, pg_schema):
+    """claim's one-statement path skips a task while a sweep is due; if another process
+    sweeps before the claim looks again, the claim must still take the ready task (a
+    claim that then returned None lost it: found by fuzz at seed 2, no-lost-task)."""
+    from ferry_core.pgstore import _CLAIM_ONE_UNLESS_DUE
+
+    clock = ManualClock(T0)
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=clock) as other:
+        expiring = other.dispatch(None, exec_ttl_ms=10)
+        assert other.claim(expiring, "x") is not None
+        ready = other.dispatch(None)
+        clock.set(T0 + 10)  # the lease ends: a sweep is due
+
+        class SweptMeanwhile(PgLeaseStore):
+            def _rows(self, sql, args=None):
+                rows = super()._rows(sql, args)
+                if sql == _CLAIM_ONE_UNLESS_DUE:
+                    assert rows == []  # skipped: a sweep was due
+                    other.sweep()  # another process sweeps before this one looks again
+                return rows
+
+        with SweptMeanwhile(pg_uri, schema=pg_schema, clock=clock) as s:
+            got = s.claim(ready, "a")
+        assert got is not None and got.task_id == ready
