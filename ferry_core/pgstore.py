@@ -224,10 +224,23 @@ _STUCK = ("EXISTS(SELECT 1 FROM task_deps d JOIN tasks p ON p.task_id = d.depend
           " WHERE c.status = 'SUBMITTED' AND p.status IN ('FAILED','TIMED_OUT')"
           " AND greatest(p.completed_at, c.created_at) <= %(now)s)")
 _SWEEP_CHECK = f"SELECT {_DUE} OR {_STUCK}"
-#: a claim that takes effect only when no sweep is due (one statement in the usual case);
-#: when it changes nothing, _CLAIM_MISS says whether a sweep was due and the task exists
-_CLAIM_ONE_UNLESS_DUE = _CLAIM_ONE.replace(" RETURNING ", f" AND NOT ({_DUE} OR {_STUCK}) RETURNING ", 1)
-_CLAIM_MISS = f"SELECT {_DUE} OR {_STUCK}, EXISTS(SELECT 1 FROM tasks WHERE task_id=%(task_id)s)"
+#: the claim and the sweep's check in one statement (one snapshot): it takes effect only
+#: when no sweep is due, and says why when it did not — (claimed_at, lease_expires_at,
+#: attempt; NULLs if nothing changed), was a sweep due, does the task exist
+_CLAIM_ONE_OR_WHY = (
+    f"WITH due AS (SELECT {_DUE} OR {_STUCK} AS d),"
+    f" won AS ({_CLAIM_ONE.replace(' RETURNING ', ' AND NOT (SELECT d FROM due) RETURNING ', 1)})"
+    " SELECT won.claimed_at, won.lease_expires_at, won.attempt, (SELECT d FROM due),"
+    " EXISTS(SELECT 1 FROM tasks WHERE task_id=%(task_id)s) FROM (SELECT 1) one"
+    " LEFT JOIN won ON true")
+#: a dispatch of one task with no dependencies, in one statement, when no sweep is due
+#: (otherwise nothing is written and the dispatch's transaction applies the sweep first)
+_DISPATCH_ONE_UNLESS_DUE = (
+    "WITH ins AS (INSERT INTO tasks(task_id, status, target_agent, title, payload, requester,"
+    " queue_ttl_ms, exec_ttl_ms, max_attempts, created_at, queued_at, queue_deadline)"
+    " SELECT %(task_id)s, 'SUBMITTED', %(target)s, %(title)s, %(payload)s, %(requester)s,"
+    " %(qttl)s, %(ettl)s, %(attempts)s, %(now)s, %(now)s, %(deadline)s"
+    f" WHERE NOT {_DUE} RETURNING 1) SELECT count(*) FROM ins")
 _NEXT_DUE_SQL = (
     "SELECT least("
     "(SELECT min(lease_expires_at) FROM tasks WHERE status='CLAIMED' AND lease_expires_at <= %(now)s),"
@@ -541,6 +554,12 @@ class PgLeaseStore(_StoreFront):
             return []
         now = self._now()
         task_ids = [uuid.uuid4().hex for _ in payload_jsons]
+        if len(task_ids) == 1 and not deps and self._rows(_DISPATCH_ONE_UNLESS_DUE, {
+                "task_id": task_ids[0], "target": target_agent, "title": title,
+                "payload": payload_jsons[0], "requester": requester, "qttl": queue_ttl_ms,
+                "ettl": exec_ttl_ms, "attempts": max_attempts, "now": now,
+                "deadline": now + queue_ttl_ms})[0][0]:
+            return task_ids  # one round trip; else a sweep is due: the transaction below
 
         def body(conn: psycopg.Connection) -> None:
             self._apply_due(conn, now)
@@ -675,18 +694,18 @@ class PgLeaseStore(_StoreFront):
         now = self._now()
         token = str(uuid.uuid4())
         args = {"agent": agent_id, "token": token, "now": now, "task_id": task_id}
-        # with sweep: claim unless a sweep is due (the sweep's own check, in the same
-        # statement: one round trip in the usual case). When that changed nothing, it is
-        # sweep-then-claim as before: sweep if one is due, then claim whatever the first
-        # statement saw (another process may have swept in between, or won the task)
-        rows = self._rows(_CLAIM_ONE_UNLESS_DUE if sweep else _CLAIM_ONE, args)
         exists: bool | None = None
-        if not rows and sweep:
-            due, exists = self._rows(_CLAIM_MISS, args)[0]
-            if exists:
-                if due:
-                    self.sweep_at(now)
+        if sweep:
+            # sweep-then-claim in one round trip when no sweep is due (one snapshot: the
+            # claim, and why it changed nothing); when one was due, as two: the sweep
+            # (which looks again: another process may have swept meanwhile), the claim
+            claimed_at, expires, attempt, due, exists = self._rows(_CLAIM_ONE_OR_WHY, args)[0]
+            rows = [] if claimed_at is None else [(claimed_at, expires, attempt)]
+            if not rows and due and exists:
+                self.sweep_at(now)
                 rows = self._rows(_CLAIM_ONE, args)
+        else:
+            rows = self._rows(_CLAIM_ONE, args)
         self._claim_attempts += 1
         if len(rows) == 1:
             claimed_at, expires, attempt = rows[0]

@@ -701,7 +701,7 @@ class WorkerPool:
         ops = [pending[s][1] for s in slots]
         limit, by_deadline = self._wait_limit()
         res = schedule.run_round([self.slots[s].conn for s in slots], [o.index for o in ops],
-                                 chooser, stall_s=limit)
+                                 chooser, stall_s=limit, until=self.deadline)
         ran: dict[int, list[list[Any]]] = {}
         for seq, (pos, _idx, sql, switch) in enumerate(res.trace):
             ran.setdefault(pos, []).append([seq, sql, switch])
@@ -719,7 +719,7 @@ class WorkerPool:
                     mark(op, Died(exitcode=self.slots[slots[pos]].proc.exitcode))
                 self.replace(slots[pos])
             elif pos in res.hung:  # running inside the store, not parked at a point
-                self._mark_hung(op, limit, by_deadline)
+                self._mark_hung(op, limit, by_deadline or res.at_deadline)
         if res.stalled:
             schedule.abort([self.slots[slots[p]].conn for p in res.stalled])
             for p in res.stalled:  # whatever they were doing, start them afresh

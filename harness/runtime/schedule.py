@@ -331,12 +331,16 @@ class RoundResult:
     note: str | None = None  # why the round ended early, if it did
     hung: list[int] = field(default_factory=list)  # of those, running in the store (no point)
     died: list[int] = field(default_factory=list)  # positions whose worker died mid-round
+    at_deadline: bool = False  # ended by ``until`` (the run's time limit), not by a stall
 
 
 def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
-              quiescence_s: float = 0.05, stall_s: float = 10.0) -> RoundResult:
+              quiescence_s: float = 0.05, stall_s: float = 10.0,
+              until: float | None = None) -> RoundResult:
     """Drive one scheduled race. ``conns[i]`` already received its call and will report
-    points or completion; every wait is bounded, a stall ends the round (never a hang)."""
+    points or completion; every wait is bounded, a stall ends the round (never a hang):
+    ``stall_s`` without a message from any worker, or ``until`` (``time.monotonic()``,
+    the run's deadline) however much the workers still report."""
     k = len(conns)
     chooser.start(k)
     pos_of = {c: i for i, c in enumerate(conns)}
@@ -350,13 +354,22 @@ def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
     died: list[int] = []
     trace: list[tuple[int, int, str, bool]] = []
     last_pos: int | None = None
-    deadline = time.monotonic() + stall_s
+
+    def next_deadline() -> float:
+        d = time.monotonic() + stall_s
+        return d if until is None else min(d, until)
+
+    deadline = next_deadline()
     while len(replies) + len(died) < k:
         if time.monotonic() > deadline:
             stalled = [i for i in range(k) if i not in replies and i not in died]
+            cut = until is not None and time.monotonic() >= until
             return RoundResult(replies=replies, trace=trace, stalled=stalled,
-                               note=f"schedule stalled for {stall_s:.1f}s; round ended as info",
-                               hung=[i for i in stalled if i not in waiting], died=died)
+                               note=("the run's time limit came mid-round; round ended as info"
+                                     if cut else
+                                     f"schedule stalled for {stall_s:.1f}s; round ended as info"),
+                               hung=[i for i in stalled if i not in waiting], died=died,
+                               at_deadline=cut)
         # blocked workers too: one inside SQLite's own busy handler reports its next point
         # once the lock frees, and may be the only one left to hear from
         live = [conns[i] for i in running]
@@ -388,7 +401,7 @@ def run_round(conns: list[Any], op_indices: list[int], chooser: Chooser, *,
                 case OpDone():
                     replies[i] = msg
                     running.discard(i)
-            deadline = time.monotonic() + stall_s
+            deadline = next_deadline()
         if ready:
             continue
         # quiescent: whoever is still "running" is blocked inside SQLite

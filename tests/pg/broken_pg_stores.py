@@ -35,7 +35,7 @@ from ferry_core.pgstore import (
     _CLAIM_NEXT,
     _CLAIM_NEXT_UNLESS_DUE,
     _CLAIM_ONE,
-    _CLAIM_ONE_UNLESS_DUE,
+    _CLAIM_ONE_OR_WHY,
 )
 from ferry_core.store import _name, _positive_int, _to_json
 from ferry_core.types import SUBMITTED, Claim, TaskView
@@ -454,13 +454,17 @@ class PgSplitClaimStore(PgLeaseStore):
     """BUG: a claim (``claim`` and ``poll_next``) commits in two statements: status and
     holder under a far-future placeholder lease first, the lease and token second. A
     claimer killed between them leaves the task CLAIMED with no lease of its own: lost.
-    ``TOCTOU_WINDOW_S`` separates the two. Invariant: ``lease-half-open`` (with
+    ``TOCTOU_WINDOW_S`` separates the two. ``claim``'s one-statement path (the claim
+    and the sweep check together) answers "a sweep may be due", so every claim takes the
+    sweep-then-``_CLAIM_ONE`` path, which it splits. Invariant: ``lease-half-open`` (with
     ``--faults kill``)."""
 
     PLACEHOLDER = 2 ** 62
 
     def _rows(self, sql: str, args: Any = None) -> list[tuple]:
-        if sql not in (_CLAIM_ONE, _CLAIM_ONE_UNLESS_DUE, _CLAIM_NEXT, _CLAIM_NEXT_UNLESS_DUE):
+        if sql == _CLAIM_ONE_OR_WHY:  # "a sweep may be due": claim() sweeps, then _CLAIM_ONE
+            return [(None, None, None, True, True)]
+        if sql not in (_CLAIM_ONE, _CLAIM_NEXT, _CLAIM_NEXT_UNLESS_DUE):
             return super()._rows(sql, args)
         won = super()._rows(sql.replace(" claim_token=%(token)s,", "").replace(  # BUG: 1 of 2
             "lease_expires_at=%(now)s + exec_ttl_ms", f"lease_expires_at={self.PLACEHOLDER}"),
@@ -468,7 +472,7 @@ class PgSplitClaimStore(PgLeaseStore):
         if not won:
             return won
         time.sleep(TOCTOU_WINDOW_S)
-        one = sql in (_CLAIM_ONE, _CLAIM_ONE_UNLESS_DUE)
+        one = sql == _CLAIM_ONE
         task_id = args["task_id"] if one else won[0][0]
         rows = super()._rows(
             "UPDATE tasks SET claim_token=%(token)s, lease_expires_at=%(now)s + exec_ttl_ms"

@@ -413,7 +413,7 @@ def test_a_claim_whose_due_sweep_another_store_ran_first_still_claims(pg_uri, pg
     """claim's one-statement path skips a task while a sweep is due; if another process
     sweeps before the claim looks again, the claim must still take the ready task (a
     claim that then returned None lost it: found by fuzz at seed 2, no-lost-task)."""
-    from ferry_core.pgstore import _CLAIM_ONE_UNLESS_DUE
+    from ferry_core.pgstore import _CLAIM_ONE_OR_WHY
 
     clock = ManualClock(T0)
     with PgLeaseStore(pg_uri, schema=pg_schema, clock=clock) as other:
@@ -425,11 +425,29 @@ def test_a_claim_whose_due_sweep_another_store_ran_first_still_claims(pg_uri, pg
         class SweptMeanwhile(PgLeaseStore):
             def _rows(self, sql, args=None):
                 rows = super()._rows(sql, args)
-                if sql == _CLAIM_ONE_UNLESS_DUE:
-                    assert rows == []  # skipped: a sweep was due
+                if sql == _CLAIM_ONE_OR_WHY:
+                    assert rows[0][0] is None and rows[0][3]  # skipped: a sweep was due
                     other.sweep()  # another process sweeps before this one looks again
                 return rows
 
         with SweptMeanwhile(pg_uri, schema=pg_schema, clock=clock) as s:
             got = s.claim(ready, "a")
         assert got is not None and got.task_id == ready
+
+
+def test_a_one_statement_dispatch_still_applies_a_due_expiry_first(pg_uri, pg_schema, pg_admin):
+    """dispatch writes in one statement only when no sweep is due; when one is, the
+    expiry is applied first, in the dispatch's own transaction, as before."""
+    clock = ManualClock(T0)
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=clock) as s:
+        held = s.dispatch(None, exec_ttl_ms=10, max_attempts=2)
+        assert s.claim(held, "a") is not None
+        quick = s.dispatch(None)  # nothing due: the one-statement path
+        clock.set(T0 + 10)  # the lease ends
+        late = s.dispatch(None)
+    rows = dict(pg_admin.execute(
+        f'SELECT task_id, status FROM "{pg_schema}".tasks').fetchall())
+    assert rows == {held: "SUBMITTED", quick: "SUBMITTED", late: "SUBMITTED"}
+    queued = pg_admin.execute(f'SELECT queued_at FROM "{pg_schema}".tasks WHERE task_id=%s',
+                              (held,)).fetchone()[0]
+    assert queued == T0 + 10  # requeued at its lease's end, by the dispatch

@@ -107,3 +107,40 @@ def test_a_worker_reports_whether_one_of_its_connections_is_in_a_transaction():
         con.close()
         other.close()
     assert not schedule._in_transaction()  # closed connections hold nothing
+
+
+def test_a_round_that_keeps_reporting_still_ends_at_the_runs_deadline():
+    """A worker that keeps reaching points (a store retrying a lock timeout for ever)
+    resets the stall timer every time; the run's deadline (``until``) ends the round
+    anyway, marked as cut by the deadline, not as a stall (the budget is a promise:
+    a Postgres schedule run once took 34.5 s against a 26.5 s limit)."""
+    import time
+
+    pipes = [Pipe() for _ in range(2)]
+    stop = threading.Event()
+
+    def chatty(pipe, i: int) -> None:
+        give_up = time.monotonic() + 4  # without the deadline the test fails, not hangs
+        while not stop.is_set() and time.monotonic() < give_up:
+            send(pipe, AtSchedulePoint(op_index=i, sql="SELECT 1", retry=True, in_tx=False))
+            if not pipe.poll(2):
+                return
+            msg = receive(pipe)
+            if not isinstance(msg, Proceed):
+                return
+
+    threads = [threading.Thread(target=chatty, args=(p[1], i), daemon=True)
+               for i, p in enumerate(pipes)]
+    for t in threads:
+        t.start()
+    t0 = time.monotonic()
+    try:
+        out = run_round([p[0] for p in pipes], [0, 1], Chooser(), stall_s=5.0, until=t0 + 0.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
+    took = time.monotonic() - t0
+    assert out.at_deadline and sorted(out.stalled) == [0, 1], out
+    assert took < 3.0, took  # the stall timer (5 s, reset by every point) did not decide
+    assert "time limit" in (out.note or "")
