@@ -144,3 +144,22 @@ def test_a_round_that_keeps_reporting_still_ends_at_the_runs_deadline():
     assert out.at_deadline and sorted(out.stalled) == [0, 1], out
     assert took < 3.0, took  # the stall timer (5 s, reset by every point) did not decide
     assert "time limit" in (out.note or "")
+
+
+def test_a_worker_spinning_past_a_held_row_yields_to_the_holder():
+    """A claimer that never blocks (SKIP LOCKED) but keeps retrying while another worker
+    waits inside its transaction: after SPIN statements in a row the holder goes, also
+    under PCT priorities that favour the spinner; a recorded schedule still replays as
+    recorded."""
+    from ferry_harness.runtime.schedule import SPIN
+
+    for chooser in (Chooser(), Chooser(seed=3)):
+        chooser.start(2)
+        spinner = chooser.pick([0, 1], set(), holding={1})  # whoever PCT favours
+        holder = 1 - spinner
+        picks = [chooser.pick([0, 1], set(), holding={holder}) for _ in range(SPIN * 2)]
+        assert holder in picks, picks
+        assert picks.index(holder) <= SPIN  # within SPIN statements of the spinner
+    replay = Chooser(explicit=[0] * (SPIN * 2))
+    replay.start(2)
+    assert [replay.pick([0, 1], set(), holding={1}) for _ in range(SPIN * 2)] == [0] * (SPIN * 2)
