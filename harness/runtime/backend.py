@@ -52,7 +52,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -402,7 +402,7 @@ class PostgresBackend:
         return (_redacted(self.given_uri) if self.given_uri
                 else "a throwaway cluster (ferry_harness.runtime.pgserver)")
 
-    def fresh(self, example: int, reset: Any = None) -> str:
+    def fresh(self, example: int, reset: Callable[[Any, str], None] | None = None) -> str:
         """The ``where`` of example ``example``: a new, empty schema ``ex_<example>`` — or,
         with ``reset`` (the target's ``ferry_reset``, PROTOCOL.md#postgres-targets, called
         once every store of the previous example is closed), the previous example's
@@ -419,7 +419,7 @@ class PostgresBackend:
         self._previous = schema
         return schema_uri(self.uri, schema)
 
-    def _reset(self, reset: Any) -> bool:
+    def _reset(self, reset: Callable[[Any, str], None]) -> bool:
         schema = self._previous
         try:
             with self.admin.transaction():
@@ -472,15 +472,8 @@ class PostgresBackend:
         those idle in a transaction (rechecked as :meth:`open_transactions`), and whether
         one of them is not in ``known`` (the pids the workers' psycopg connections
         reported: ferry_harness.runtime.pgconns)."""
-        rows = self.admin.execute(
-            "SELECT pid, state LIKE 'idle in transaction%%', "
-            "extract(epoch FROM now() - xact_start), query FROM pg_stat_activity "
-            "WHERE datname = %s AND pid <> ALL(%s) AND backend_type = 'client backend'",
-            (self.dbname, self._own_pids())).fetchall()
-        unknown = any(int(p) not in known for p, *_ in rows)
-        idle = [OpenTransaction(pid=int(p), since_s=round(float(s or 0), 3), query=str(q or ""))
-                for p, t, s, q in rows if t]
-        return self._rechecked(idle), unknown
+        idle, pids = self._clients()
+        return self._rechecked(idle), bool(pids - known)
 
     def _rechecked(self, seen: list[OpenTransaction]) -> list[OpenTransaction]:
         for pause in _OPEN_TX_RECHECKS:
@@ -492,12 +485,19 @@ class PostgresBackend:
         return seen
 
     def _idle_in_tx(self) -> list[OpenTransaction]:
+        return self._clients()[0]
+
+    def _clients(self) -> tuple[list[OpenTransaction], set[int]]:
+        """The run database's client connections but the controller's own: those idle in a
+        transaction, and every one's server pid (one query)."""
         rows = self.admin.execute(
-            "SELECT pid, extract(epoch FROM now() - xact_start), query FROM pg_stat_activity "
-            "WHERE datname = %s AND pid <> ALL(%s) AND state LIKE 'idle in transaction%%'",
+            "SELECT pid, state LIKE 'idle in transaction%%', "
+            "extract(epoch FROM now() - xact_start), query FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> ALL(%s) AND backend_type = 'client backend'",
             (self.dbname, self._own_pids())).fetchall()
-        return [OpenTransaction(pid=int(p), since_s=round(float(s or 0), 3), query=str(q or ""))
-                for p, s, q in rows]
+        idle = [OpenTransaction(pid=int(p), since_s=round(float(s or 0), 3), query=str(q or ""))
+                for p, t, s, q in rows if t]
+        return idle, {int(p) for p, *_ in rows}
 
     def _own_pids(self) -> list[int]:
         pids = [self.admin_pid]
