@@ -270,9 +270,11 @@ class Runner:
                                       f"made) in database {b.dbname}"),
                            skipped=dict(PG_SKIPPED), meanings=dict(PG_MEANINGS))
 
-    def executor(self, ignore: frozenset[str] = frozenset()) -> Executor:
+    def executor(self, ignore: frozenset[str] = frozenset(), *,
+                 defer_checks: bool = False) -> Executor:
         """A fresh example, counted under the phase that runs it; violations of the
-        ``ignore`` invariants (already found) neither stop it nor are returned."""
+        ``ignore`` invariants (already found) neither stop it nor are returned.
+        ``defer_checks``: see ``Executor.check_deferred`` (the search's examples)."""
         self.runs += 1
         if self.phase == "shrink":
             self.stats.shrink_runs += 1
@@ -284,7 +286,7 @@ class Runner:
         return _Screened(self.pool, self.clock, self._where(),
                          checker=self.checker, stats=self.stats, example=self.runs,
                          nemesis=self.nemesis, mode=self.cfg.mode, ignore=ignore,
-                         backend=self.backend)
+                         backend=self.backend, defer_checks=defer_checks)
 
     def _where(self) -> str:
         """The next example's database: a fresh one, or on Postgres the previous schema
@@ -328,9 +330,6 @@ class _Screened(Executor):
         super().__init__(*args, **kw)
         self.ignore = ignore
 
-    def run_step(self, step: Step) -> list[Violation]:
-        return [v for v in super().run_step(step) if v.invariant not in self.ignore]
-
 
 def _others(invariant: str) -> frozenset[str]:
     """What a run looking for ``invariant`` goes on past: the other robustness findings
@@ -368,7 +367,7 @@ class Campaign:
     # ---------------------------------------------------------------- Context protocol
     def new_executor(self) -> Executor:
         self._example_started = time.perf_counter()
-        ex = self.runner.executor(frozenset(self.masked))
+        ex = self.runner.executor(frozenset(self.masked), defer_checks=True)
         self.capabilities |= ex.capabilities
         return ex
 

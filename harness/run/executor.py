@@ -67,10 +67,14 @@ CLOCK_LIMIT_MS = 1 << 42  # the harness clock stays below this (PROTOCOL.md#limi
 class Executor:
     """One example: a fresh database, a fresh history, steps run one after another."""
 
+    #: invariants whose violations are recorded but neither returned nor stop the example
+    #: (robustness findings already made: the campaign's ``_Screened`` examples)
+    ignore: frozenset[str] = frozenset()
+
     def __init__(self, pool: WorkerPool, clock: SharedClock, path: str, *,
                  checker: Checker | None = None, stats: Stats | None = None,
                  example: int = 0, nemesis: Nemesis | None = None, mode: str = "stress",
-                 backend: Backend | None = None) -> None:
+                 backend: Backend | None = None, defer_checks: bool = False) -> None:
         self.pool = pool
         self.clock = clock
         self.path = path
@@ -91,6 +95,10 @@ class Executor:
         # (dispatch, release; a lease expiry's new window is the store's choice)
         self.windows: dict[str, tuple[int, int]] = {}
         self.violations: list[Violation] = []
+        # check a step while the workers run the next one's first round (see run_step)
+        self.defer_checks = defer_checks
+        self._unchecked: list[Op] = []  # the last step's ops, when its check was deferred
+        self._found_late: list[Violation] = []  # what a deferred check found
         self.round = 0
         self._step: Step = Audit()  # the step running now, as given
         self._round_in_step = 0
@@ -138,7 +146,8 @@ class Executor:
         chooser = self._chooser() if len(calls) > 1 else None
         t0 = time.perf_counter()
         ops = self.pool.run(calls, self.history, round_id=self.round, example=self.example,
-                            chooser=chooser)
+                            chooser=chooser,
+                            meanwhile=self.check_deferred if self._unchecked else None)
         self.stats.rounds_s += time.perf_counter() - t0
         if len(calls) > 1:  # did the racers really race? (ferry_harness.runtime.gate)
             self.stats.raced(len(calls), overlapped(self.pool.last_spans), self.pool.last_gated)
@@ -225,6 +234,11 @@ class Executor:
         handler = self._HANDLERS.get(type(step))
         if handler is None:
             raise TypeError(f"not a step: {step!r}")
+        if self._unchecked and type(step) not in self._ROUNDS_ONLY:
+            self.check_deferred()  # this step may add ops outside a round first
+            if self._found_late:
+                found, self._found_late = self._found_late, []
+                return found
         self.steps.append(step)
         self._step, self._round_in_step, self._schedules = step, 0, None
         self.stats.steps += 1
@@ -250,10 +264,32 @@ class Executor:
             first_task=first[0], first_claim=first[1],
             made_tasks=len(self.tasks) - first[0], made_claims=len(self.claims) - first[1],
             ops=len(new)))
+        if self.defer_checks:
+            if self._unchecked:  # the step ran no round: nothing to overlap its check with
+                self.check_deferred()
+            self._unchecked = new
+            found, self._found_late = self._found_late, []
+            return found
+        return self._check(new)
+
+    def _check(self, new: list[Op]) -> list[Violation]:
         t0 = time.perf_counter()
         found = self.checker.check(self.history, new) if new else []
         self.stats.checking_s += time.perf_counter() - t0
         self.violations.extend(found)
+        return [v for v in found if v.invariant not in self.ignore]
+
+    def check_deferred(self) -> list[Violation]:
+        """Check the last step now, if its check was deferred (``defer_checks``).
+
+        With ``defer_checks`` a step's check runs in the controller while the workers run
+        the next step's first round (``WorkerPool.run``'s ``meanwhile``, before that
+        round's ops enter the history), so checking costs no wall time of its own. What
+        it finds is returned by the step during which it ran, or by this call; a failing
+        example then holds one step more than it needed, which the shrinker removes."""
+        new, self._unchecked = self._unchecked, []
+        found = self._check(new)
+        self._found_late.extend(found)
         return found
 
     def _open_tx_after(self, step: Step) -> str:
@@ -428,8 +464,13 @@ class Executor:
         return integrity_op(self.pool, self.history, self.clock, example=self.example)
 
     def finish(self) -> list[Violation]:
-        """The closing audit step."""
-        return self.run_step(Audit())
+        """The closing audit step (and every check still deferred)."""
+        found = self.run_step(Audit())
+        if found:
+            return found
+        self.check_deferred()
+        found, self._found_late = self._found_late, []
+        return found
 
     # ------------------------------------------------------------------ faults
     def _step_fault(self, s: Fault) -> Step:
@@ -437,6 +478,11 @@ class Executor:
         if self.fault_runner is None:
             return s
         return self.fault_runner.run(s)
+
+    # steps that add ops to the history only through rounds (run_calls): a deferred check
+    # can wait for their first round
+    _ROUNDS_ONLY: frozenset[type] = frozenset({Dispatch, RaceClaim, RacePoll, Holder, Hostile,
+                                               LockRace, LockOp})
 
     # one handler per step type (run_step dispatches on the step's type)
     _HANDLERS: dict[type, Callable[[Executor, Any], Step]] = {

@@ -83,7 +83,14 @@ class FerryMachine(RuleBasedStateMachine):
 
     def _do(self, step: Step) -> None:
         if self.ctx.halted():
-            return  # stop or budget: let Hypothesis finish this example quickly, doing nothing
+            # stop or budget: let Hypothesis finish this example quickly, doing nothing,
+            # once the last step's deferred check has run
+            found = self.ex.check_deferred() if not self.failed else []
+            if found:
+                self.failed = True
+                self.ctx.record_failure(self.ex, found)
+                raise ViolationFound(found)
+            return
         if self.ctx.mode == "schedule" and isinstance(step, RACES):
             # PCT's random priorities and change points, drawn so Hypothesis controls them
             step = replace(step, pct=(self._pct_seeds.pop() if self._pct_seeds
@@ -218,7 +225,13 @@ class FerryMachine(RuleBasedStateMachine):
         self._do(step)
 
     def teardown(self):
-        if self.failed or self.ctx.halted():
+        if self.failed:
+            return
+        if self.ctx.halted():
+            found = self.ex.check_deferred()  # the last step's, if it was deferred
+            if found:
+                self.ctx.record_failure(self.ex, found)
+                raise ViolationFound(found)
             return
         found = self.ex.finish()
         if found:

@@ -22,6 +22,7 @@ import signal
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -284,6 +285,9 @@ class WorkerPool:
         #: every one of them and released them together
         self.last_spans: list[gate_mod.RacerSpan | None] = []
         self.last_gated = False
+        # the target's racers reach the gate (its last race round was gated): the gate alone
+        # lines them up, so its rounds skip the barrier's extra round trip (see run)
+        self._gate_proven = False
         self._spans: dict[int, gate_mod.RacerSpan] = {}
         self.slots: list[Worker] = []
         self.next_id = 0
@@ -559,7 +563,8 @@ class WorkerPool:
 
     def run(self, calls: list[PlannedCall], history: History, *, barrier: bool | None = None,
             round_id: int | None = None, example: int | None = None,
-            chooser: schedule.Chooser | None = None) -> list[Op]:
+            chooser: schedule.Chooser | None = None,
+            meanwhile: Callable[[], object] | None = None) -> list[Op]:
         """Run calls (one per distinct slot) and append their ops to ``history``.
 
         With a barrier (the default for more than one call) all workers start together;
@@ -569,6 +574,10 @@ class WorkerPool:
         order it decides; each op's ``Statements`` fact lists its statements as
         ``[seq, sql, switch]`` in the order they ran. ``last_spans`` and ``last_gated``
         say afterwards how the round's calls lay in time.
+
+        ``meanwhile`` runs in the controller while the workers run the calls (the executor
+        checks the previous step there), before the round's ops enter ``history``: it sees
+        a history with no op in flight.
         """
         controlled = chooser is not None and len(calls) > 1
         if len({c.slot for c in calls}) != len(calls):
@@ -577,16 +586,19 @@ class WorkerPool:
         race = barrier and len(calls) > 1
         rnd = self._board.next_round() if self.gate and race and not controlled else 0
         racing = tuple(c.slot for c in calls) if rnd else ()
+        # a target proven to reach the gate needs no barrier before it: the racers' first
+        # statements meet at the gate however late each worker woke (up to SPIN_S)
+        barrier = barrier and not (rnd and self._gate_proven)
         self._drain_gate()
         self.last_spans, self.last_gated = [], False
         pending: dict[int, tuple[PlannedCall, Op]] = {}
         created: list[Op] = []
+        first = history.next_index()
         for call in calls:
             w = self.slots[call.slot]
-            op = Op(index=history.next_index(), process=w.id, agent=call.agent, op=call.op,
+            op = Op(index=first + len(created), process=w.id, agent=call.agent, op=call.op,
                     args=dict(call.args), invoke_ns=time.monotonic_ns(), now=self.clock(),
                     round=round_id, example=example)
-            history.append(op)
             created.append(op)
             try:
                 send(w.conn, CallOp(op_index=op.index, op=call.op, args=call.args,
@@ -609,12 +621,24 @@ class WorkerPool:
                     del pending[slot]
                     self.replace(slot)
             os.write(self._gate_w, b"g" * len(pending))  # open the gate for all at once
+        failed: BaseException | None = None
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except BaseException as exc:  # collect the round first: no reply left unread
+                failed = exc
+        for op in created:
+            history.append(op)
         if controlled and pending:
             self._scheduled_round(pending, chooser)
         else:
             self._collect(pending, rnd)
+        if failed is not None:
+            raise failed
         self.last_spans = [self._spans.pop(op.index, None) for op in created]
         self._spans.clear()
+        if rnd:
+            self._gate_proven = self.last_gated
         return created
 
     def _collect(self, pending: dict[int, tuple[PlannedCall, Op]], rnd: int) -> None:
