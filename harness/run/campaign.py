@@ -615,20 +615,23 @@ class Campaign:
 
     def _generate(self) -> None:
         machine = machine_for(self)
+        base = settings(
+            max_examples=self.cfg.batch, stateful_step_count=self.cfg.steps_per_example,
+            deadline=None, database=None, phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
+        # one test for the whole search: making it hashes the state machine's source
+        # (function_digest, ~20 ms), so each batch only gets its own seed and size
+        test = get_state_machine_test(machine, settings=base)
+        # no database, so no key: without one Hypothesis hashes the source again for every
+        # batch; an unknown attribute to a later Hypothesis only brings the hashing back
+        test._hypothesis_internal_database_key = None
         batch = 0
         while self._budget_left() and not self.search_over():
             n = self.cfg.batch
             if self.cfg.max_examples is not None:
                 n = min(n, self.cfg.max_examples - self.runner.stats.examples)
-            test = get_state_machine_test(machine, settings=settings(
-                max_examples=max(1, n), stateful_step_count=self.cfg.steps_per_example,
-                deadline=None, database=None, phases=[Phase.generate],
-                suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False))
             test = seed(self.cfg.seed * 1_000_003 + batch)(test)
-            # no database, so no key: without one Hypothesis hashes the state machine's
-            # source for every batch (~9 ms, ~2 ms an example); an unknown attribute to a
-            # later Hypothesis only brings the hashing back
-            test._hypothesis_internal_database_key = None
+            test._hypothesis_internal_use_settings = settings(base, max_examples=max(1, n))
             batch += 1
             try:
                 test()

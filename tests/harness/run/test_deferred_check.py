@@ -4,8 +4,11 @@ the immediate check finds, one step later at most, the last step included."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from ferry_core import LeaseStore
 from ferry_harness.run.executor import Executor
 from ferry_harness.run.steps import Dispatch, RaceClaim, Reads
 from ferry_harness.runtime.client import PlannedCall, WorkerPool
@@ -86,3 +89,43 @@ def test_a_correct_store_passes_with_deferred_checks(rig):
     steps = [Dispatch(queue_ttl_ms=10_000, exec_ttl_ms=300), RaceClaim(task=0, agents=("alice", "bob")), Reads(), Dispatch(queue_ttl_ms=10_000, exec_ttl_ms=300)]
     assert _run(ex, steps) == []
     assert ex.violations == [] and not ex._unchecked  # every step was checked
+
+
+class _DiesOnGet(LeaseStore):
+    """get("die") ends the worker process: a sequence must not wait for the rest."""
+
+    def get(self, task_id):
+        if task_id == "die":
+            os._exit(3)
+        return super().get(task_id)
+
+
+def dies_on_get(path: str, *, clock) -> _DiesOnGet:
+    return _DiesOnGet(path, clock=clock)
+
+
+def _gets(*task_ids: str) -> list[PlannedCall]:
+    return [PlannedCall(slot=1, op="get", args={"task_id": t}, agent="auditor")
+            for t in task_ids]
+
+
+def test_a_sequence_runs_its_calls_one_after_another_each_its_own_round(rig):
+    ex = rig("ferry_core:LeaseStore", False)
+    ops = ex.pool.run_sequence(_gets("a", "b", "c"), ex.history, first_round=7)
+    assert [o.round for o in ops] == [7, 8, 9]
+    assert [o.error for o in ops] == ["NotFound"] * 3
+    assert all(a.complete_ns <= b.invoke_ns for a, b in zip(ops, ops[1:], strict=False))
+    assert ex.history.ops[-3:] == ops
+
+
+def test_a_sequence_whose_worker_dies_records_the_rest_as_never_run(rig):
+    ex = rig("tests.harness.run.test_deferred_check:dies_on_get", False)
+    before = ex.pool.slots[1].id
+    ops = ex.pool.run_sequence(_gets("a", "die", "b"), ex.history)
+    assert ops[0].error == "NotFound"
+    assert "died" in ops[1].note
+    assert "replaced before the call" in ops[2].note and ops[2].complete_ns
+    assert ex.pool.slots[1].id != before  # a fresh worker took the slot
+    [op] = ex.pool.run([PlannedCall(slot=1, op="get", args={"task_id": "x"}, agent="a")],
+                       ex.history)
+    assert op.error == "NotFound"  # the new worker answers its own call, on an open store
