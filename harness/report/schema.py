@@ -206,6 +206,9 @@ class FuzzStats:
     other_s: float = 0.0
     database_dir: str | None = None  # where the examples' database files were made (--db-dir)
     database_filesystem: str | None = None  # its file system ("tmpfs": in memory; "ext4", …)
+    # examples whose SQLite database started as a copy of the one the target's first store
+    # made (ferry_harness.runtime.backend.SqliteBackend); 0: every one was made fresh
+    database_template_copies: int = 0
     # a Postgres target: steps after which "no connection idle in transaction" was judged
     # from the workers' psycopg connections alone / by a look at the server's
     # pg_stat_activity (ferry_harness.runtime.pgconns); 0 / 0 on SQLite

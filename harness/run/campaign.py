@@ -716,6 +716,7 @@ class Campaign:
                                   - stats.checking_s), 3),
                 database_dir=self.runner.db_dir.path,
                 database_filesystem=self.runner.db_dir.filesystem,
+                database_template_copies=getattr(self.runner.backend, "copies", 0),
                 open_tx_local=stats.open_tx_local, open_tx_server=stats.open_tx_server,
                 race_overlap=tuple(RaceOverlap(racers=k, rounds=r, overlapped=o, gated=g)
                                    for k, (r, o, g) in sorted(stats.overlap.items()))),
@@ -840,14 +841,20 @@ def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SH
                 return list(zip(tried, traces, strict=False)), got
         return None
 
-    # the sequential form first: every round's calls one after another (PROTOCOL.md: a bug
-    # that needs no race is reported as sequential, and replays whatever the machine does)
-    for order in ("in-order", "reversed"):
-        if not any(isinstance(s, Scheduled) and not s.sequential for s, _t in steps) or not more():
-            break
-        res = attempt([(_one_at_a_time(s, order), t) for s, t in steps])
-        if res:
-            steps, best = res
+    def one_at_a_time() -> None:
+        """Try the sequential form (every round's calls one after another, in order, then
+        reversed): a bug that needs no race is reported as sequential (PROTOCOL.md), and
+        replays whatever the machine does."""
+        nonlocal steps, best
+        for order in ("in-order", "reversed"):
+            if not any(isinstance(s, Scheduled) and not s.sequential for s, _t in steps) \
+                    or not more():
+                break
+            res = attempt([(_one_at_a_time(s, order), t) for s, t in steps])
+            if res:
+                steps, best = res
+
+    one_at_a_time()  # first on the whole example
     # steps that did nothing in the failing run (no operation at all) go first, together
     busy = [(s, t) for s, t in steps if t.ops > 0]
     if len(busy) < len(steps) and more():
@@ -865,6 +872,9 @@ def shrink(runner: Runner, failure: Failure, *, deadline: float, tries: int = SH
                 i += chunk
         if not progressed:
             chunk //= 2
+    # again on the shrunk steps: in a long example a later round can hide the bug in both
+    # orders (a winner of the first race that is the holder at the next boundary)
+    one_at_a_time()
     for i in range(len(steps)):
         progressed = True
         while progressed:

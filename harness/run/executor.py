@@ -109,11 +109,15 @@ class Executor:
         # backend made fresh for this example (PROTOCOL.md#postgres-targets)
         self.pg = backend if isinstance(backend, PostgresBackend) else None
         self._pg_covered = False  # the last server look saw only workers' psycopg connections
-        if self.pg is None:
+        if backend is None:  # a backend made ``path`` fresh itself (maybe from a template)
             remove_sqlite_files(path)
         clock.set(START_MS)
         t0 = time.perf_counter()
-        pool.open(path, together=getattr(backend, "opens_together", False))
+        captured = getattr(backend, "captured", None)  # a SQLite backend's template
+        if captured is None:
+            pool.open(path, together=getattr(backend, "opens_together", False))
+        else:
+            pool.open(path, together=backend.opens_together, first_opened=captured)
         if backend is not None:
             backend.opened(path)
         self.stats.setup_s += time.perf_counter() - t0

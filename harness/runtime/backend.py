@@ -50,6 +50,7 @@ import os
 import queue
 import re
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -200,17 +201,65 @@ class Backend(Protocol):
 
 
 class SqliteBackend:
-    """Today's behaviour: one file path, reused; its files removed before each example."""
+    """One file path, reused: before each example its files are removed, or replaced by
+    a copy of the database the target's first store made (its *template*).
+
+    The template is taken in the first example right after slot 0's factory made the
+    database, before any other store opened it or any operation ran (``captured``): the
+    file (and its ``-wal``; SQLite rebuilds the ``-shm`` index from it) exactly as the
+    target left it. Every later example starts from a copy, so no slot makes the schema
+    again and all the workers open at once (``opens_together``): the same as the slots
+    that open an existing database today. Only a target whose files are the database
+    and its ``-wal`` / ``-shm`` gets one (no ``-journal``, no other file beside it, a
+    file that starts as an SQLite database); ``template`` says whether it was taken.
+    """
 
     name = SQLITE
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, *, template: bool = True) -> None:
         self.directory = directory
         self.path = os.path.join(directory, "ferry.db")
+        self.use_template = template
+        self.template: str | None = None  # the template's main file, once taken
+        self.copies = 0  # examples that started from a copy of it
+
+    @property
+    def opens_together(self) -> bool:
+        return self.template is not None
 
     def fresh(self, example: int) -> str:
         remove_sqlite_files(self.path)
+        if self.template is not None:
+            for suffix in ("", "-wal"):
+                if os.path.exists(self.template + suffix):
+                    shutil.copyfile(self.template + suffix, self.path + suffix)
+            self.copies += 1
         return self.path
+
+    def captured(self, where: str) -> None:
+        """Slot 0's factory made ``where``: keep it as the template (once, if eligible)."""
+        if not self.use_template or self.template is not None or where != self.path:
+            return
+        names = set(os.listdir(self.directory))
+        base = os.path.basename(self.path)
+        if not names <= {base, base + "-wal", base + "-shm"} or base not in names:
+            self.use_template = False  # files of its own beside it: never copied
+            return
+        try:
+            with open(self.path, "rb") as fh:
+                if fh.read(16) != b"SQLite format 3\x00":
+                    self.use_template = False
+                    return
+        except OSError:
+            self.use_template = False
+            return
+        target = os.path.join(self.directory, "template")
+        os.makedirs(target, exist_ok=True)
+        copy = os.path.join(target, base)
+        for suffix in ("", "-wal"):
+            if os.path.exists(self.path + suffix):
+                shutil.copyfile(self.path + suffix, copy + suffix)
+        self.template = copy
 
     def opened(self, where: str) -> None:
         pass

@@ -416,15 +416,19 @@ class WorkerPool:
         return [w.proc.pid for w in self.slots]
 
     # ---------------------------------------------------------------- store lifecycle
-    def open(self, path: str, *, together: bool = False) -> None:
+    def open(self, path: str, *, together: bool = False,
+             first_opened: Callable[[str], object] | None = None) -> None:
         """Every worker (re)opens its store on ``path``: slot 0 first (its factory makes
         the schema), then the others all at once — or, ``together`` (a Postgres backend,
         whose targets create their tables under a lock of their own), every slot at once;
         one whose factory raised then (a store that writes as it opens, busy without a
-        timeout) opens again alone. A factory that raises alone is fatal."""
+        timeout) opens again alone. A factory that raises alone is fatal.
+        ``first_opened(path)`` runs once slot 0 opened alone, before the others open."""
         self.path = path
         if not together:
             self._open_slot(0)
+            if first_opened is not None:
+                first_opened(path)
         rest = self.slots if together else self.slots[1:]
         for w in rest:
             send(w.conn, OpenStore(path=path))

@@ -46,6 +46,7 @@ FUZZ = {
               "examples_per_s": 2.0, "ops_per_s": 80.0, "setup_s": 0.1, "rounds_s": 0.9,
               "checking_s": 0.2, "other_s": 0.3,
               "database_dir": "/dev/shm", "database_filesystem": "tmpfs",
+              "database_template_copies": 2,
               "open_tx_local": 0, "open_tx_server": 0,
               "race_overlap": [{"racers": 2, "rounds": 9, "overlapped": 7, "gated": 9}]},
     "budget": {"budget_s": 8.0, "time_limit_s": 18.8, "stopped_at_limit": False},
