@@ -233,6 +233,22 @@ def _record(op: Op, reply: OpDone) -> None:
     op.now = reply.now_ms
 
 
+def _meanwhile_then_record(meanwhile: Callable[[], object] | None, ops: list[Op],
+                           history: History) -> BaseException | None:
+    """Run ``meanwhile`` while the workers run ``ops``' calls, then append ``ops`` to the
+    history; what ``meanwhile`` raised is returned, to raise once every answer is in (no
+    reply left unread for the next round to take as its own)."""
+    failed: BaseException | None = None
+    if meanwhile is not None:
+        try:
+            meanwhile()
+        except BaseException as exc:
+            failed = exc
+    for op in ops:
+        history.append(op)
+    return failed
+
+
 @dataclass
 class Worker:
     id: int
@@ -625,14 +641,7 @@ class WorkerPool:
                     del pending[slot]
                     self.replace(slot)
             os.write(self._gate_w, b"g" * len(pending))  # open the gate for all at once
-        failed: BaseException | None = None
-        if meanwhile is not None:
-            try:
-                meanwhile()
-            except BaseException as exc:  # collect the round first: no reply left unread
-                failed = exc
-        for op in created:
-            history.append(op)
+        failed = _meanwhile_then_record(meanwhile, created, history)
         if controlled and pending:
             self._scheduled_round(pending, chooser)
         else:
@@ -677,14 +686,7 @@ class WorkerPool:
                 op.note = "worker was dead before the call"
                 op.complete_ns = time.monotonic_ns()
                 break
-        failed: BaseException | None = None
-        if meanwhile is not None:
-            try:
-                meanwhile()
-            except BaseException as exc:  # collect the sequence first: no reply left unread
-                failed = exc
-        for op in ops:
-            history.append(op)
+        failed = _meanwhile_then_record(meanwhile, ops, history)
         for call, op in zip(calls, sent, strict=False):  # sent: a prefix of calls
             if self.slots[slot] is not w:  # it died or hung on an earlier call: never ran
                 op.note = "worker was replaced before the call (an earlier call killed it)"
