@@ -17,7 +17,8 @@ take their defaults; a mark that is not a fact of its kind at all reads as absen
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
+from functools import cache
 from typing import Any, ClassVar, TypeVar
 
 from ferry_harness.check.history import Op
@@ -222,8 +223,22 @@ def encode(f: Any) -> Any:
     if scalar:
         return getattr(f, scalar)
     if getattr(f, "FLAT", False):
-        return {k: v for k, v in asdict(f).items() if v is not None}
-    return asdict(f)
+        return {k: v for k, v in _plain(f).items() if v is not None}
+    return _plain(f)
+
+
+def _plain(value: Any) -> Any:
+    """``dataclasses.asdict`` for facts (plain data all the way down), without its deep
+    copy of every leaf: facts are encoded for every op a step makes."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(getattr(value, k)) for k in _flat_keys(type(value))}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    return value
 
 
 def decode(kind: type[F], value: Any) -> F | None:
@@ -233,15 +248,21 @@ def decode(kind: type[F], value: Any) -> F | None:
         return kind(**{scalar: value})
     if not isinstance(value, dict):
         return None
-    names = {f.name for f in fields(kind)}  # type: ignore[arg-type]
+    names = _names(kind)
     try:
         return kind(**{k: v for k, v in value.items() if k in names})
     except TypeError:  # a required field is missing: not this fact
         return None
 
 
-def _flat_keys(kind: type) -> list[str]:
-    return [f.name for f in fields(kind)]  # type: ignore[arg-type]
+@cache
+def _flat_keys(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(kind))  # type: ignore[arg-type]
+
+
+@cache
+def _names(kind: type) -> frozenset[str]:
+    return frozenset(_flat_keys(kind))
 
 
 def mark(op: Op, f: Any) -> Op:

@@ -38,7 +38,12 @@ def leaf_texts(value: Any) -> Iterable[str]:
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
         elif isinstance(v, str):
-            yield json.dumps(v)[1:-1]
+            # json.dumps(v)[1:-1], whose result is v itself for printable ASCII without
+            # quotes or backslashes (ids, tokens, names: nearly every string here)
+            plain = v.isascii() and v.isprintable() and '"' not in v and "\\" not in v
+            yield v if plain else json.dumps(v)[1:-1]
+        elif type(v) is int:
+            yield str(v)  # json.dumps of an int (not a bool)
         else:
             yield json.dumps(v, default=str)
 
