@@ -283,7 +283,7 @@ class Runner:
         else:
             self.stats.examples += 1
         assert self.backend is not None, "a Runner runs examples inside its with-block"
-        return _Screened(self.pool, self.clock, self._where(),
+        return Executor(self.pool, self.clock, self._where(),
                          checker=self.checker, stats=self.stats, example=self.runs,
                          nemesis=self.nemesis, mode=self.cfg.mode, ignore=ignore,
                          backend=self.backend, defer_checks=defer_checks)
@@ -319,16 +319,6 @@ class Runner:
         """Past the campaign's hard deadline (or stopping): no more runs start."""
         d = self.pool.deadline
         return self.stopping or (d is not None and time.monotonic() >= d)
-
-
-class _Screened(Executor):
-    """An example that goes on past the invariants it was told to ignore: robustness
-    findings already made are masked for the rest of the search, so it keeps looking for
-    the others (PROTOCOL.md#several-findings)."""
-
-    def __init__(self, *args: Any, ignore: frozenset[str] = frozenset(), **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.ignore = ignore
 
 
 def _others(invariant: str) -> frozenset[str]:

@@ -67,14 +67,11 @@ CLOCK_LIMIT_MS = 1 << 42  # the harness clock stays below this (PROTOCOL.md#limi
 class Executor:
     """One example: a fresh database, a fresh history, steps run one after another."""
 
-    #: invariants whose violations are recorded but neither returned nor stop the example
-    #: (robustness findings already made: the campaign's ``_Screened`` examples)
-    ignore: frozenset[str] = frozenset()
-
     def __init__(self, pool: WorkerPool, clock: SharedClock, path: str, *,
                  checker: Checker | None = None, stats: Stats | None = None,
                  example: int = 0, nemesis: Nemesis | None = None, mode: str = "stress",
-                 backend: Backend | None = None, defer_checks: bool = False) -> None:
+                 backend: Backend | None = None, defer_checks: bool = False,
+                 ignore: frozenset[str] = frozenset()) -> None:
         self.pool = pool
         self.clock = clock
         self.path = path
@@ -95,6 +92,10 @@ class Executor:
         # (dispatch, release; a lease expiry's new window is the store's choice)
         self.windows: dict[str, tuple[int, int]] = {}
         self.violations: list[Violation] = []
+        # violations of these are recorded but neither returned nor stop the example: the
+        # robustness findings a campaign already made, masked so it keeps looking for the
+        # others (PROTOCOL.md#several-findings)
+        self.ignore = ignore
         # check a step while the workers run the next one's first round (see run_step)
         self.defer_checks = defer_checks
         self._unchecked: list[Op] = []  # the last step's ops, when its check was deferred
@@ -113,11 +114,8 @@ class Executor:
             remove_sqlite_files(path)
         clock.set(START_MS)
         t0 = time.perf_counter()
-        captured = getattr(backend, "captured", None)  # a SQLite backend's template
-        if captured is None:
-            pool.open(path, together=getattr(backend, "opens_together", False))
-        else:
-            pool.open(path, together=backend.opens_together, first_opened=captured)
+        pool.open(path, together=getattr(backend, "opens_together", False),
+                  first_opened=getattr(backend, "captured", None))  # a SQLite template
         if backend is not None:
             backend.opened(path)
         self.stats.setup_s += time.perf_counter() - t0

@@ -85,17 +85,22 @@ class FerryMachine(RuleBasedStateMachine):
         if self.ctx.halted():
             # stop or budget: let Hypothesis finish this example quickly, doing nothing,
             # once the last step's deferred check has run
-            found = self.ex.check_deferred() if not self.failed else []
-            if found:
-                self.failed = True
-                self.ctx.record_failure(self.ex, found)
-                raise ViolationFound(found)
+            if not self.failed:
+                self._check_last_step()
             return
         if self.ctx.mode == "schedule" and isinstance(step, RACES):
             # PCT's random priorities and change points, drawn so Hypothesis controls them
             step = replace(step, pct=(self._pct_seeds.pop() if self._pct_seeds
                                       else 7919 * len(self.ex.steps) + self.ex.example))
         found = self.ex.run_step(step)
+        if found:
+            self.failed = True
+            self.ctx.record_failure(self.ex, found)
+            raise ViolationFound(found)
+
+    def _check_last_step(self) -> None:
+        """The last step's check, if it was deferred (the example ends without its audit)."""
+        found = self.ex.check_deferred()
         if found:
             self.failed = True
             self.ctx.record_failure(self.ex, found)
@@ -228,10 +233,7 @@ class FerryMachine(RuleBasedStateMachine):
         if self.failed:
             return
         if self.ctx.halted():
-            found = self.ex.check_deferred()  # the last step's, if it was deferred
-            if found:
-                self.ctx.record_failure(self.ex, found)
-                raise ViolationFound(found)
+            self._check_last_step()
             return
         found = self.ex.finish()
         if found:

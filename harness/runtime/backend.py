@@ -211,15 +211,15 @@ class SqliteBackend:
     again and all the workers open at once (``opens_together``): the same as the slots
     that open an existing database today. Only a target whose files are the database
     and its ``-wal`` / ``-shm`` gets one (no ``-journal``, no other file beside it, a
-    file that starts as an SQLite database); ``template`` says whether it was taken.
+    file that starts as an SQLite database); ``template`` is its path once taken.
     """
 
     name = SQLITE
 
-    def __init__(self, directory: str, *, template: bool = True) -> None:
+    def __init__(self, directory: str) -> None:
         self.directory = directory
         self.path = os.path.join(directory, "ferry.db")
-        self.use_template = template
+        self.use_template = True  # until the target shows files of its own
         self.template: str | None = None  # the template's main file, once taken
         self.copies = 0  # examples that started from a copy of it
 
@@ -230,9 +230,7 @@ class SqliteBackend:
     def fresh(self, example: int) -> str:
         remove_sqlite_files(self.path)
         if self.template is not None:
-            for suffix in ("", "-wal"):
-                if os.path.exists(self.template + suffix):
-                    shutil.copyfile(self.template + suffix, self.path + suffix)
+            _copy_database(self.template, self.path)
             self.copies += 1
         return self.path
 
@@ -256,9 +254,7 @@ class SqliteBackend:
         target = os.path.join(self.directory, "template")
         os.makedirs(target, exist_ok=True)
         copy = os.path.join(target, base)
-        for suffix in ("", "-wal"):
-            if os.path.exists(self.path + suffix):
-                shutil.copyfile(self.path + suffix, copy + suffix)
+        _copy_database(self.path, copy)
         self.template = copy
 
     def opened(self, where: str) -> None:
@@ -266,6 +262,13 @@ class SqliteBackend:
 
     def close(self) -> None:
         pass
+
+
+def _copy_database(src: str, dst: str) -> None:
+    """Copy an idle SQLite database: its file and ``-wal`` (SQLite rebuilds the ``-shm``)."""
+    for suffix in ("", "-wal"):
+        if os.path.exists(src + suffix):
+            shutil.copyfile(src + suffix, dst + suffix)
 
 
 def remove_sqlite_files(path: str) -> None:

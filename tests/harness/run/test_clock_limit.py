@@ -13,7 +13,7 @@ class _NoPool:
     capabilities = ("claim",)
     skips = ()
 
-    def open(self, path: str, *, together: bool = False) -> None:
+    def open(self, path: str, *, together: bool = False, first_opened=None) -> None:
         pass
 
 
