@@ -15,7 +15,7 @@ from ferry_harness.check.sizes import parse_size
 Handler = Callable[[argparse.Namespace], int]
 Handlers = dict[str, Handler]
 
-__all__ = ["Handler", "Handlers", "fraction", "positive_int", "positive_seconds", "random_seed", "seed", "size"]
+__all__ = ["Handler", "Handlers", "fraction", "jobs", "positive_int", "positive_seconds", "random_seed", "seed", "size"]
 
 
 def positive_int(text: str) -> int:
@@ -27,6 +27,14 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
     return value
+
+
+def jobs(text: str) -> int | str:
+    """``auto`` or a whole number > 0. ``jobs("2") == 2``; ``jobs("auto") == "auto"``; ``"0"``
+    raises ArgumentTypeError."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    return positive_int(text)
 
 
 def fraction(text: str) -> float:

@@ -19,8 +19,22 @@ from typing import TYPE_CHECKING, Any
 from ferry_harness.check.ops import JSONObject
 from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.cli import bench, check, crash, new_target, protocol, scenario
-from ferry_harness.cli.args import Handlers, positive_int, positive_seconds, random_seed, seed, size
-from ferry_harness.errors import EXIT_CODES_HELP, ExitCode, FerryHarnessError, TargetError
+from ferry_harness.cli.args import (
+    Handlers,
+    jobs,
+    positive_int,
+    positive_seconds,
+    random_seed,
+    seed,
+    size,
+)
+from ferry_harness.errors import (
+    EXIT_CODES_HELP,
+    ExitCode,
+    FerryHarnessError,
+    TargetError,
+    UsageError,
+)
 from ferry_harness.report.markdown import overlap_line
 from ferry_harness.report.paths import LATEST, check_report_dir, make_run_dir, run_dir_name
 from ferry_harness.report.protocol import read_hint
@@ -134,6 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a Postgres target (ferry_backend = 'postgres') runs on this "
                       "server (a libpq URI; default: $FERRY_PG_URI, else a throwaway cluster "
                       "started for the run); the run makes and drops a database of its own")
+    fuzz.add_argument("--jobs", type=jobs, default=None, metavar="N",
+                      help="controller processes the search is split over, each with its own "
+                      "--workers pool and its share of the examples: a number or auto "
+                      "(default: $FERRY_JOBS, else auto: one per core, at most 8, for a stress "
+                      "search on SQLite; 1 in schedule mode, whose search repeats seed for "
+                      "seed only in one job, and for a Postgres target); the shrink, replays "
+                      "and report run in the first")
     fuzz.add_argument("--quiet", action="store_true", help="no progress display")
 
     replay = sub.add_parser("replay", help="re-run the minimal failing example of a report",
@@ -195,6 +216,24 @@ def _example_db(option: str | None, report_dir: str) -> Any:
     return open_example_db(option or os.environ.get(ENV_VAR), os.path.join(report_dir, "examples"))
 
 
+def _jobs(args: argparse.Namespace) -> int:
+    """``--jobs``, else $FERRY_JOBS, else auto (ferry_harness.run.jobs.auto_jobs)."""
+    from ferry_harness.run.jobs import ENV_VAR, auto_jobs
+    from ferry_harness.runtime.backend import POSTGRES, backend_of
+
+    given = args.jobs
+    if given is None:
+        env = os.environ.get(ENV_VAR, "").strip()
+        try:
+            given = jobs(env) if env else "auto"
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"${ENV_VAR}: {exc}") from None
+    if given != "auto":
+        return int(given)
+    postgres = backend_of(load_factory(args.target)) == POSTGRES
+    return auto_jobs(args.mode, postgres)
+
+
 def cmd_fuzz(args: argparse.Namespace) -> int:
     # lazy: the fuzz engine (Hypothesis) loads only for the commands that run it
     from ferry_harness.run.campaign import Campaign, CampaignConfig, write_report
@@ -211,12 +250,14 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     else:  # one directory per run, ``latest`` naming the newest
         report_dir = str(make_run_dir(DEFAULT_REPORT_ROOT, run_dir_name(run_seed)))
     budget = args.budget if args.budget is not None else (None if args.max_examples else 30.0)
+    n_jobs = _jobs(args)
     cfg = CampaignConfig(target=args.target, workers=args.workers, budget_s=budget,
                          max_examples=args.max_examples, seed=run_seed,
                          report_dir=report_dir, steps_per_example=args.steps,
                          faults=args.faults, mode=args.mode, op_timeout_s=args.op_timeout,
                          wal_bound_bytes=args.wal_bound,
-                         database=database, db_dir=args.db_dir, pg_uri=args.pg_uri)
+                         database=database, db_dir=args.db_dir, pg_uri=args.pg_uri,
+                         jobs=n_jobs)
     show, stop = _progress_printer(args.quiet)
     campaign = Campaign(cfg, progress=show)
     try:

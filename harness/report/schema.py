@@ -197,9 +197,13 @@ class FuzzStats:
     stalls: tuple[Stall, ...] = ()  # operations that stalled the others (longest first)
     examples_per_s: float = 0.0  # examples / seconds
     ops_per_s: float = 0.0  # ops / seconds
-    # where the wall time went, s: opening each example's stores (setup), rounds of calls
-    # (the store calls and the pipes, wake-ups and barriers around them), the checker;
-    # other: generation (Hypothesis), probes, shrink and report bookkeeping
+    # controller processes the search was split over (fuzz --jobs): the counts above are
+    # every job's; the shrink, replays and report ran in the first job only
+    jobs: int = 1
+    # where the controllers' time went, s: opening each example's stores (setup), rounds
+    # of calls (the store calls and the pipes, wake-ups and barriers around them), the
+    # checker; other: generation (Hypothesis), probes, shrink and report bookkeeping. With
+    # several jobs these add up every job's time (their sum is more than ``seconds``)
     setup_s: float = 0.0
     rounds_s: float = 0.0
     checking_s: float = 0.0

@@ -42,7 +42,7 @@ from ferry_harness.check.history import FAIL, History
 from ferry_harness.check.model import ModelConfig
 from ferry_harness.check.ops import JSONObject
 from ferry_harness.check.sizes import WAL_BOUND_BYTES
-from ferry_harness.errors import UsageError
+from ferry_harness.errors import HarnessError, UsageError
 from ferry_harness.report.paths import write_report_dir
 from ferry_harness.report.schema import (
     BackendInfo,
@@ -66,6 +66,7 @@ from ferry_harness.report.schema import (
 from ferry_harness.run.executor import Executor, Stats, StepTrace
 from ferry_harness.run.exercised import evaluations, with_evaluations
 from ferry_harness.run.generator import ViolationFound, machine_for
+from ferry_harness.run.jobs import JobDone, JobLink, Jobs
 from ferry_harness.run.nemesis import Nemesis
 from ferry_harness.run.steps import (
     RACES,
@@ -149,8 +150,13 @@ class CampaignConfig:
     # a Postgres target's server (PROTOCOL.md#postgres-targets): a libpq URI; None:
     # $FERRY_PG_URI, else a throwaway cluster started for the campaign
     pg_uri: str | None = None
+    # controller processes the search is split over (ferry_harness.run.jobs): each with
+    # its own worker pool and every jobs-th Hypothesis batch; 1: the search as it always was
+    jobs: int = 1
 
     def __post_init__(self) -> None:
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
+            raise UsageError(f"jobs must be a whole number ≥ 1, got {self.jobs!r}")
         # a NaN budget never ends (every comparison with it is False) and no report can
         # hold it as JSON: finite and positive, or None where None is allowed
         for name in ("budget_s", "op_timeout_s", "shrink_budget_s"):
@@ -183,6 +189,23 @@ class Failure:
     @property
     def invariant(self) -> str:
         return self.violations[0].invariant
+
+
+@dataclass
+class JobResult:
+    """What one search job (ferry_harness.run.jobs) found and counted, for job 0 to merge."""
+
+    failures: list[Failure]
+    last_pass: History | None  # its last passing example's history
+    capabilities: set[str]
+    coverage: dict[str, dict[str, int]]
+    evaluated: dict[str, int]
+    stats: Stats
+    example_times: list[float]  # wall time of each example after its first (s)
+    unknown: list[str]  # "object: why" for every search that gave up
+    workers_replaced: int
+    template_copies: int  # examples whose database was a copy of the template
+    seconds: float  # the job's wall time, from its fork to its result (s)
 
 
 @dataclass
@@ -353,6 +376,14 @@ class Campaign:
         self.judged = 0  # examples judged so far (passed or failed)
         self._example_started = 0.0
         self.example_times: list[float] = []
+        # a search split over jobs (cfg.jobs > 1, ferry_harness.run.jobs): what they share,
+        # and what the other jobs added once they are merged
+        self.link: JobLink | None = None
+        self.jobs_run = 1  # jobs that searched
+        self.job_seconds = 0.0  # the other jobs' wall time (s)
+        self.job_replaced = 0  # workers the other jobs replaced
+        self.job_copies = 0  # template copies the other jobs made
+        self.job_notes: list[str] = []  # jobs that ended without their results
 
     # ---------------------------------------------------------------- Context protocol
     def new_executor(self) -> Executor:
@@ -381,7 +412,15 @@ class Campaign:
             self.first_example_s = dt
         else:
             self.example_times.append(dt)
+        if self.link is not None:
+            s = self.runner.stats
+            self.link.publish(s.examples, s.race_rounds, s.ops, len(self.failures))
         self.progress(self.snapshot())
+
+    def _judged_one(self) -> int:
+        """Count a judged example; how many the search judged so far, every job's."""
+        self.judged += 1
+        return self.judged if self.link is None else self.link.judged_one()
 
     def record_failure(self, ex: Executor, violations: list[Violation]) -> None:
         self._keep(ex, violations)
@@ -391,11 +430,13 @@ class Campaign:
     def _keep(self, ex: Executor, violations: list[Violation], **more: Any) -> None:
         """Keep a failing execution; a robustness invariant it shows is masked from now
         on, so the search goes on looking for the others."""
-        self.judged += 1
+        until = self._judged_one()
         self.failures.append(Failure(list(ex.steps), ex.history, violations, list(ex.traces),
                                      detected_s=time.perf_counter() - self.t0,
-                                     examples_until=self.judged, **more))
+                                     examples_until=until, **more))
         self.masked |= {v.invariant for v in violations if v.invariant in ROBUSTNESS}
+        if self.link is not None and self.search_over():
+            self.link.stop_all()  # a safety finding ends every job's search
 
     def search_over(self) -> bool:
         """A safety (or liveness) finding ends the search; a robustness finding never
@@ -404,15 +445,20 @@ class Campaign:
                    for f in self.failures for v in f.violations)
 
     def record_pass(self, ex: Executor) -> None:
-        self.judged += 1
+        self._judged_one()
         self.passes = (self.passes + [ex.history])[-20:]
         self._tally(ex)
         self._example_done()
 
     def snapshot(self) -> Snapshot:
         s = self.runner.stats
-        return {"examples": s.examples, "race_rounds": s.race_rounds, "ops": s.ops,
-                "violations": len(self.failures), "elapsed": time.perf_counter() - self.t0,
+        more = self.link.others() if self.link is not None and self.phase == "fuzzing" \
+            else None
+        return {"examples": s.examples + (more.examples if more else 0),
+                "race_rounds": s.race_rounds + (more.race_rounds if more else 0),
+                "ops": s.ops + (more.ops if more else 0),
+                "violations": len(self.failures) + (more.violations if more else 0),
+                "elapsed": time.perf_counter() - self.t0,
                 "budget": self.cfg.budget_s, "phase": self.phase}
 
     # ---------------------------------------------------------------- main
@@ -424,16 +470,24 @@ class Campaign:
         self.hard_end = None if limit is None else mono0 + limit - REPORT_RESERVE_S
         self.search_end = None if self.cfg.budget_s is None else mono0 + self.cfg.budget_s
         self.phase = "fuzzing"
-        with Runner(self.cfg) as runner:
-            self.runner = runner
-            runner.pool.deadline = self.hard_end
-            self._replay_saved()
-            if not self.search_over():
-                self._generate()
-            if self.failures:
-                self.findings = self._settle(runner)
-                for f in self.findings:
-                    self._save(f.failure, f.invariant)
+        jobs = self._start_jobs()
+        try:
+            with Runner(self.cfg) as runner:
+                self.runner = runner
+                runner.pool.deadline = self.hard_end
+                self._replay_saved()
+                if not self.search_over():
+                    self._generate()
+                if jobs is not None:
+                    jobs.link().stop_all()  # the budget, a finding or Ctrl-C: all stop
+                    self._merge(jobs.collect(until=self.hard_end))
+                if self.failures:
+                    self.findings = self._settle(runner)
+                    for f in self.findings:
+                        self._save(f.failure, f.invariant)
+        finally:
+            if jobs is not None:
+                jobs.close()
         # not (yet) for a Postgres target: --mode schedule runs one, but this re-run's
         # search was never measured there (and an async driver reaches no point)
         unreliable = [f for f in self.findings if self.cfg.mode == "stress"
@@ -452,6 +506,68 @@ class Campaign:
                 f.schedule = ScheduleSearch(found=False, tried=0, why="stopped at budget")
         seconds = time.perf_counter() - self.t0
         return self._outcome(self.findings, seconds)
+
+    # ---------------------------------------------------------------- search jobs
+    def _start_jobs(self) -> Jobs | None:
+        """Fork the search's other jobs (cfg.jobs > 1), before this process starts its own
+        worker pool; None: one job."""
+        n = self.cfg.jobs
+        if self.cfg.max_examples is not None:
+            n = min(n, self.cfg.max_examples)  # each job searches at least one example
+        if n < 2:
+            return None
+        if backend_of(load_factory(self.cfg.target)) == POSTGRES:
+            raise UsageError("a Postgres target searches in one job (--jobs 1): its jobs would "
+                             "share one server, which ferry does not isolate yet")
+        jobs = Jobs(n, self._search_job)
+        self.link, self.jobs_run = jobs.link(), n
+        return jobs
+
+    def _search_job(self, link: JobLink) -> JobResult:
+        """Job ``link.index``'s search (in its own process, a fork of job 0): its own pool
+        and database directory, its share of the batches; the result as plain data."""
+        self.link = link
+        self.progress = lambda _s: None  # job 0 shows the progress of all
+        self.cfg = replace(self.cfg, database=None)  # job 0 replays and saves
+        with Runner(self.cfg) as runner:
+            self.runner = runner
+            runner.pool.deadline = self.hard_end
+            self._generate()
+            return JobResult(
+                failures=self.failures, last_pass=self.passes[-1] if self.passes else None,
+                capabilities=self.capabilities, coverage=self.coverage,
+                evaluated=self.evaluated, stats=runner.stats,
+                example_times=self.example_times,
+                unknown=list(runner.checker.unknown), workers_replaced=runner.pool.replaced,
+                template_copies=getattr(runner.backend, "copies", 0),
+                seconds=time.perf_counter() - self.t0)
+
+    def _merge(self, done: list[JobDone]) -> None:
+        """Add what the other jobs found and counted to job 0's campaign."""
+        for d in done:
+            if d.raised:
+                raise HarnessError(f"search job {d.index} of {self.jobs_run} failed: {d.error}")
+            r = d.result
+            if not isinstance(r, JobResult):
+                self.job_notes.append(f"search job {d.index} of {self.jobs_run} {d.error}: "
+                                      "its examples are not in this report")
+                continue
+            self.failures += r.failures
+            if r.last_pass is not None:
+                self.passes = (self.passes + [r.last_pass])[-20:]
+            self.capabilities |= r.capabilities
+            for part, counts in r.coverage.items():
+                mine = self.coverage.setdefault(part, {})
+                for k, n in counts.items():
+                    mine[k] = mine.get(k, 0) + n
+            for inv, n in r.evaluated.items():
+                self.evaluated[inv] = self.evaluated.get(inv, 0) + n
+            self.runner.stats.add(r.stats)
+            self.example_times += r.example_times
+            self.runner.checker.unknown.extend(r.unknown)
+            self.job_seconds += r.seconds
+            self.job_replaced += r.workers_replaced
+            self.job_copies += r.template_copies
 
     def _nearly_out_of_time(self) -> bool:
         """Less left before the hard end than starting another worker pool takes."""
@@ -540,8 +656,9 @@ class Campaign:
 
     def halted(self) -> bool:
         """Stop generating: Ctrl-C / SIGTERM, or the search budget is spent."""
-        return self.stopping or (self.search_end is not None
-                                 and time.monotonic() >= self.search_end)
+        return (self.stopping or (self.search_end is not None
+                                  and time.monotonic() >= self.search_end)
+                or (self.link is not None and self.link.stopped()))
 
     # ---------------------------------------------------------------- example database
     @property
@@ -590,18 +707,29 @@ class Campaign:
     def request_stop(self) -> None:
         """Ctrl-C: finish the current example, skip shrinking, write what we have."""
         self.stopping = True
+        if self.link is not None:
+            self.link.stop_all()
         runner = getattr(self, "runner", None)
         if runner is not None:
             runner.stopping = True
 
     def _budget_left(self) -> bool:
-        if self.stopping:
+        if self.stopping or (self.link is not None and self.link.stopped()):
             return False
         if self.cfg.budget_s is not None and time.perf_counter() - self.t0 >= self.cfg.budget_s:
             return False
-        if self.cfg.max_examples is not None and self.runner.stats.examples >= self.cfg.max_examples:
+        share = self._examples_share()
+        if share is not None and self.runner.stats.examples >= share:
             return False
         return True
+
+    def _examples_share(self) -> int | None:
+        """This job's part of ``max_examples`` (all of it with one job)."""
+        m = self.cfg.max_examples
+        if m is None or self.link is None:
+            return m
+        jobs, index = self.link.jobs, self.link.index
+        return m // jobs + (index < m % jobs)
 
     def _generate(self) -> None:
         machine = machine_for(self)
@@ -615,14 +743,17 @@ class Campaign:
         # no database, so no key: without one Hypothesis hashes the source again for every
         # batch; an unknown attribute to a later Hypothesis only brings the hashing back
         test._hypothesis_internal_database_key = None
-        batch = 0
+        # with several jobs, job j searches batches j, j + jobs, j + 2·jobs, …: together the
+        # batches one job would have searched in order
+        batch, stride = (0, 1) if self.link is None else (self.link.index, self.link.jobs)
+        share = self._examples_share()
         while self._budget_left() and not self.search_over():
             n = self.cfg.batch
-            if self.cfg.max_examples is not None:
-                n = min(n, self.cfg.max_examples - self.runner.stats.examples)
+            if share is not None:
+                n = min(n, share - self.runner.stats.examples)
             test = seed(self.cfg.seed * 1_000_003 + batch)(test)
             test._hypothesis_internal_use_settings = settings(base, max_examples=max(1, n))
-            batch += 1
+            batch += stride
             try:
                 test()
             except ViolationFound:
@@ -653,6 +784,7 @@ class Campaign:
         if self.cfg.mode == "schedule" and "schedule-points" not in self.capabilities:
             mode = "stress"
             findings.append(no_points_finding(self.runner.backend_name))
+        findings += self.job_notes
         for op, sec in stats.stalls[:3]:
             findings.append(
                 f"{op} ran {sec:.1f}s and kept the other workers waiting (a checkpoint that "
@@ -692,7 +824,7 @@ class Campaign:
                 pool_start_s=round(self.runner.pool_start_s, 4),
                 first_example_s=round(self.first_example_s or 0, 4),
                 steady_example_s=round(steady, 4) if steady is not None else None,
-                workers_replaced=self.runner.pool.replaced,
+                workers_replaced=self.runner.pool.replaced + self.job_replaced,
                 refusals=dict(sorted(self.coverage["refusals"].items())),
                 coverage=Coverage(ops=dict(sorted(self.coverage["ops"].items())),
                                   steps=dict(sorted(self.coverage["steps"].items()))),
@@ -702,11 +834,13 @@ class Campaign:
                 ops_per_s=round(stats.ops / seconds, 1) if seconds else 0,
                 setup_s=round(stats.setup_s, 3), rounds_s=round(stats.rounds_s, 3),
                 checking_s=round(stats.checking_s, 3),
-                other_s=round(max(0.0, seconds - stats.setup_s - stats.rounds_s
+                other_s=round(max(0.0, seconds + self.job_seconds - stats.setup_s - stats.rounds_s
                                   - stats.checking_s), 3),
                 database_dir=self.runner.db_dir.path,
                 database_filesystem=self.runner.db_dir.filesystem,
-                database_template_copies=getattr(self.runner.backend, "copies", 0),
+                database_template_copies=getattr(self.runner.backend, "copies", 0)
+                + self.job_copies,
+                jobs=self.jobs_run,
                 open_tx_local=stats.open_tx_local, open_tx_server=stats.open_tx_server,
                 race_overlap=tuple(RaceOverlap(racers=k, rounds=r, overlapped=o, gated=g)
                                    for k, (r, o, g) in sorted(stats.overlap.items()))),

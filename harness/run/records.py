@@ -42,6 +42,20 @@ class Stats:
     def stalled(self, op: str, seconds: float) -> None:
         self.stalls = sorted(self.stalls + [(op, round(seconds, 3))], key=lambda s: -s[1])[:5]
 
+    def add(self, other: Stats) -> None:
+        """Count ``other``'s runs too (another search job's, ferry_harness.run.jobs): counts
+        and seconds add up, the slowest stalls of both are kept."""
+        for name in ("examples", "shrink_runs", "replay_runs", "steps", "ops", "race_rounds",
+                     "setup_s", "rounds_s", "checking_s", "open_tx_local", "open_tx_server"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for k, n in other.faults.items():
+            self.faults[k] = self.faults.get(k, 0) + n
+        self.stalls = sorted(self.stalls + other.stalls, key=lambda s: -s[1])[:5]
+        for racers, row in other.overlap.items():
+            mine = self.overlap.setdefault(racers, [0, 0, 0])
+            for i, n in enumerate(row):
+                mine[i] += n
+
 
 @dataclass(frozen=True, kw_only=True)
 class StepTrace:
