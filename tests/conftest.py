@@ -152,6 +152,12 @@ def assert_refused():
     return check
 
 
+# ---------------------------------------------------------------------- search jobs
+# The suite already runs its files in parallel (pytest -n auto): a fuzz the tests start
+# searches in one job unless the test asks for more (tests/harness/run/test_jobs.py does).
+os.environ.setdefault("FERRY_JOBS", "1")
+
+
 # ---------------------------------------------------------------------- fuzz budgets
 def pytest_addoption(parser):
     parser.addoption("--ferry-thorough", action="store_true", default=False,

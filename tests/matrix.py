@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=30.0, help="seconds per run (30)")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (0,1,2)")
     parser.add_argument("--modes", default="stress,schedule", help="modes for correct stores")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (2)")
+    parser.add_argument("--at-once", type=int, default=2,
+                        help="runs at a time (2); each run searches with fuzz's default "
+                        "--jobs (set $FERRY_JOBS to choose)")
     parser.add_argument("--only", choices=("precision", "combos", "recall", "budget"),
                         default=None, help="one part (precision includes the combos)")
     parser.add_argument("--out", default="reports/matrix", help="output directory")
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['named'] or ''} {row['detect_s'] or ''} wall {row['wall_s']}s", flush=True)
         return row
 
-    with ThreadPoolExecutor(args.jobs) as pool:
+    with ThreadPoolExecutor(args.at_once) as pool:
         rows = list(pool.map(one, runs))
     out.mkdir(parents=True, exist_ok=True)
     for kind in KINDS:
