@@ -239,6 +239,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     from ferry_harness.run.campaign import Campaign, CampaignConfig, write_report
 
     load_factory(args.target)  # a bad target stops here, before any directory is made
+    n_jobs = _jobs(args)  # so does a bad $FERRY_JOBS
     run_seed = args.seed if args.seed is not None else random_seed()
     # examples outlive the per-run directories; the database is opened before any
     # directory is made, so a bad --example-db leaves nothing behind
@@ -250,7 +251,6 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     else:  # one directory per run, ``latest`` naming the newest
         report_dir = str(make_run_dir(DEFAULT_REPORT_ROOT, run_dir_name(run_seed)))
     budget = args.budget if args.budget is not None else (None if args.max_examples else 30.0)
-    n_jobs = _jobs(args)
     cfg = CampaignConfig(target=args.target, workers=args.workers, budget_s=budget,
                          max_examples=args.max_examples, seed=run_seed,
                          report_dir=report_dir, steps_per_example=args.steps,
@@ -273,7 +273,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         print(f"ferry: {note}")
     # every distinct invariant found, safety first (PROTOCOL.md#several-findings)
     print(f"ferry: {headline(rep)} — {stats.examples} examples, {stats.race_rounds} race "
-          f"rounds, {stats.ops} operations in {stats.seconds:.1f}s against {cfg.target} "
+          f"rounds, {stats.ops} operations in {stats.seconds:.1f}s"
+          f"{f' ({stats.jobs} search jobs)' if stats.jobs > 1 else ''} against {cfg.target} "
           f"(seed {cfg.seed}{'' if args.seed is not None else ', random: --seed fixes it'})")
     print(f"ferry: {overlap_line(stats)}")
     for v in rep.violations:

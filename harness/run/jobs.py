@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -138,6 +139,8 @@ class Jobs:
         self.shared = JobLink(jobs)
         self._procs: list[tuple[int, Any, Any]] = []
         parent = os.getpid()
+        for stream in (sys.stdout, sys.stderr):  # or a job flushes its copy again at exit
+            stream.flush()
         try:
             for index in range(1, jobs):
                 ours, theirs = _CTX.Pipe(duplex=False)

@@ -61,6 +61,12 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         main(["fuzz", "--workers", "0"])
     assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["fuzz", "--jobs", "0"])
+    assert exc.value.code == 2
+    monkeypatch.setenv("FERRY_JOBS", "many")
+    assert main(["fuzz", "--max-examples", "1", "--report-dir", str(tmp_path / "j")]) == 2
+    assert "$FERRY_JOBS" in capsys.readouterr().err
 
 
 def test_factory_that_raises_is_a_harness_error(tmp_path, capsys, monkeypatch):
@@ -75,20 +81,25 @@ def test_factory_that_raises_is_a_harness_error(tmp_path, capsys, monkeypatch):
     assert children_of(os.getpid()) == []
 
 
-def test_ctrl_c_stops_every_worker(tmp_path):
-    """SIGINT to the whole run: exit 130 and no worker left (even re-parented ones)."""
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_stops_every_worker(tmp_path, jobs):
+    """SIGINT to the whole run: exit 130 and no worker left (even re-parented ones); with
+    two jobs, none of the other job's either, nor the job itself."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans of the run become our children
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ferry_harness", "fuzz", "--budget", "60", "--quiet",
-             "--report-dir", str(tmp_path)], cwd=Path(__file__).resolve().parents[3],
+             "--jobs", jobs, "--report-dir", str(tmp_path)],
+            cwd=Path(__file__).resolve().parents[3],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        want = 4 + (int(jobs) - 1)  # job 0's workers, and the other jobs
         deadline = time.monotonic() + 20
-        while len(children_of(proc.pid)) < 4 and time.monotonic() < deadline:
+        while len(children_of(proc.pid)) < want and time.monotonic() < deadline:
             time.sleep(0.05)
         workers = children_of(proc.pid)
-        assert len(workers) >= 4
+        workers += [w for j in workers for w in children_of(j)]  # the other job's workers
+        assert len(workers) >= want + 4 * (int(jobs) - 1)
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
