@@ -228,10 +228,13 @@ def _jobs(args: argparse.Namespace) -> int:
             given = jobs(env) if env else "auto"
         except argparse.ArgumentTypeError as exc:
             raise UsageError(f"${ENV_VAR}: {exc}") from None
-    if given != "auto":
-        return int(given)
     postgres = backend_of(load_factory(args.target)) == POSTGRES
-    return auto_jobs(args.mode, postgres)
+    if given == "auto":
+        return auto_jobs(args.mode, postgres)
+    if postgres and int(given) > 1:
+        raise UsageError(f"--jobs {given}: a Postgres target searches in one job (its jobs "
+                         "would share one server, which ferry does not isolate yet)")
+    return int(given)
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:

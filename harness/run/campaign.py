@@ -452,8 +452,7 @@ class Campaign:
 
     def snapshot(self) -> Snapshot:
         s = self.runner.stats
-        more = self.link.others() if self.link is not None and self.phase == "fuzzing" \
-            else None
+        more = self.link.others() if self.link is not None else None
         return {"examples": s.examples + (more.examples if more else 0),
                 "race_rounds": s.race_rounds + (more.race_rounds if more else 0),
                 "ops": s.ops + (more.ops if more else 0),
@@ -549,7 +548,7 @@ class Campaign:
                 raise HarnessError(f"search job {d.index} of {self.jobs_run} failed: {d.error}")
             r = d.result
             if not isinstance(r, JobResult):
-                self.job_notes.append(f"search job {d.index} of {self.jobs_run} {d.error}: "
+                self.job_notes.append(f"search job {d.index} of {self.jobs_run} {d.error}; "
                                       "its examples are not in this report")
                 continue
             self.failures += r.failures
@@ -568,6 +567,7 @@ class Campaign:
             self.job_seconds += r.seconds
             self.job_replaced += r.workers_replaced
             self.job_copies += r.template_copies
+        self.link = None  # merged: from here on the counts are all job 0's
 
     def _nearly_out_of_time(self) -> bool:
         """Less left before the hard end than starting another worker pool takes."""

@@ -175,7 +175,7 @@ class Jobs:
                 if proc.is_alive():
                     proc.kill()
                 proc.join(5)
-                why = ("still searching at the campaign's time limit: killed"
+                why = ("was still searching at the campaign's time limit and was killed"
                        if proc.exitcode in (None, -signal.SIGKILL) else
                        f"ended without its results (exit code {proc.exitcode})")
                 done = JobDone(index, error=why)

@@ -67,6 +67,11 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FERRY_JOBS", "many")
     assert main(["fuzz", "--max-examples", "1", "--report-dir", str(tmp_path / "j")]) == 2
     assert "$FERRY_JOBS" in capsys.readouterr().err
+    monkeypatch.delenv("FERRY_JOBS")
+    assert main(["fuzz", "--target", "ferry_core:PgLeaseStore", "--jobs", "2",
+                 "--max-examples", "1", "--report-dir", str(tmp_path / "pg")]) == 2
+    assert "searches in one job" in capsys.readouterr().err
+    assert not (tmp_path / "pg").exists()
 
 
 def test_factory_that_raises_is_a_harness_error(tmp_path, capsys, monkeypatch):
