@@ -172,11 +172,12 @@ class Jobs:
             except (EOFError, OSError):
                 pass
             if done is None:
-                if proc.is_alive():
+                overran = proc.is_alive()
+                if overran:
                     proc.kill()
                 proc.join(5)
                 why = ("was still searching at the campaign's time limit and was killed"
-                       if proc.exitcode in (None, -signal.SIGKILL) else
+                       if overran else
                        f"ended without its results (exit code {proc.exitcode})")
                 done = JobDone(index, error=why)
             out.append(done)
