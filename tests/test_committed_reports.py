@@ -33,7 +33,7 @@ def _arg(argv: tuple[str, ...], flag: str, default: str | None = None) -> str | 
 
 #: options that say where a matrix's files go and how many runs share the machine, not
 #: which runs are made: a table written elsewhere and copied in is the same table
-_PLACEMENT = ("--out", "--runs-dir", "--jobs")
+_PLACEMENT = ("--out", "--runs-dir", "--at-once", "--jobs")  # --jobs: --at-once's old name
 
 
 def _without_placement(command: list[str]) -> list[str]:

@@ -218,6 +218,7 @@ def _example_db(option: str | None, report_dir: str) -> Any:
 
 def _jobs(args: argparse.Namespace) -> int:
     """``--jobs``, else $FERRY_JOBS, else auto (ferry_harness.run.jobs.auto_jobs)."""
+    # lazy: the fuzz engine (multiprocess, the backends) loads only for the commands that run it
     from ferry_harness.run.jobs import ENV_VAR, auto_jobs
     from ferry_harness.runtime.backend import POSTGRES, backend_of
 
