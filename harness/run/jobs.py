@@ -164,14 +164,17 @@ class Jobs:
         for index, proc, conn in self._procs:
             left = None if until is None else max(0.0, until - time.monotonic())
             done: JobDone | None = None
+            ended = False  # its end of the pipe closed: it exited (or is exiting)
             try:
                 if conn.poll(left):
                     kind, payload = conn.recv()
                     done = (JobDone(index, result=payload) if kind == "ok"
                             else JobDone(index, error=payload, raised=True))
             except (EOFError, OSError):
-                pass
+                ended = True
             if done is None:
+                if ended:
+                    proc.join(5)  # an exiting process is alive a moment after its pipe closes
                 overran = proc.is_alive()
                 if overran:
                     proc.kill()

@@ -107,8 +107,7 @@ def test_two_jobs_share_max_examples_and_report_every_example(tmp_path):
     stats = outcome.report.stats
     assert outcome.verdict == "pass"
     assert (stats.examples, stats.jobs) == (6, 2)
-    # the coverage and the time split are every job's
-    assert sum(stats.coverage.steps.values()) == stats.steps
+    # the time split and the overlap rows are every job's
     assert stats.setup_s + stats.rounds_s + stats.checking_s + stats.other_s >= stats.seconds
     assert sum(o.rounds for o in stats.race_overlap) == stats.race_rounds
 
