@@ -219,7 +219,7 @@ def _example_db(option: str | None, report_dir: str) -> Any:
 def _jobs(args: argparse.Namespace) -> int:
     """``--jobs``, else $FERRY_JOBS, else auto (ferry_harness.run.jobs.auto_jobs)."""
     # lazy: the fuzz engine (multiprocess, the backends) loads only for the commands that run it
-    from ferry_harness.run.jobs import ENV_VAR, auto_jobs
+    from ferry_harness.run.jobs import ENV_VAR, POSTGRES_ONE_JOB, auto_jobs
     from ferry_harness.runtime.backend import POSTGRES, backend_of
 
     given = args.jobs
@@ -233,8 +233,7 @@ def _jobs(args: argparse.Namespace) -> int:
     if given == "auto":
         return auto_jobs(args.mode, postgres)
     if postgres and int(given) > 1:
-        raise UsageError(f"--jobs {given}: a Postgres target searches in one job (its jobs "
-                         "would share one server, which ferry does not isolate yet)")
+        raise UsageError(f"--jobs {given}: {POSTGRES_ONE_JOB}")
     return int(given)
 
 

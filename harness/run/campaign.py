@@ -66,7 +66,7 @@ from ferry_harness.report.schema import (
 from ferry_harness.run.executor import Executor, Stats, StepTrace
 from ferry_harness.run.exercised import evaluations, with_evaluations
 from ferry_harness.run.generator import ViolationFound, machine_for
-from ferry_harness.run.jobs import JobDone, JobLink, Jobs
+from ferry_harness.run.jobs import POSTGRES_ONE_JOB, JobDone, JobLink, Jobs
 from ferry_harness.run.nemesis import Nemesis
 from ferry_harness.run.steps import (
     RACES,
@@ -516,8 +516,7 @@ class Campaign:
         if n < 2:
             return None
         if backend_of(load_factory(self.cfg.target)) == POSTGRES:
-            raise UsageError("a Postgres target searches in one job (--jobs 1): its jobs would "
-                             "share one server, which ferry does not isolate yet")
+            raise UsageError(f"jobs={self.cfg.jobs}: {POSTGRES_ONE_JOB}")
         jobs = Jobs(n, self._search_job)
         self.link, self.jobs_run = jobs.link(), n
         return jobs

@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import sys
@@ -38,6 +39,8 @@ _CTX = mp.get_context("fork")  # a job inherits the loaded target and Hypothesis
 _COUNTS = 4  # per job: examples, race rounds, ops, violations
 ENV_VAR = "FERRY_JOBS"  # the default of ``fuzz --jobs``
 MAX_AUTO_JOBS = 8  # ``--jobs auto`` uses at most this many
+POSTGRES_ONE_JOB = ("a Postgres target searches in one job: its jobs would share one server, "
+                    "which ferry does not isolate yet")
 
 
 def auto_jobs(mode: str, postgres: bool) -> int:
@@ -83,8 +86,7 @@ class JobLink:
 
     def for_job(self, index: int) -> JobLink:
         """The same shared state, seen by job ``index``."""
-        other = object.__new__(JobLink)
-        other.__dict__.update(self.__dict__)
+        other = copy.copy(self)
         other.index = index
         return other
 
