@@ -20,7 +20,14 @@ p99.9 near 100 ms, a max of 0.3-1 s and Jain 0.87-0.97; jitter and hybrid cut p9
 max by 3-10x at Jain >= 0.99, hybrid at ~0.8-0.85x stock's throughput, jitter ~0.75x. A
 waiting room (one waiter polls, the others sleep on a futex in a side file) measured no
 better than hybrid; a room whose waiters block in ``flock`` matched stock's throughput but
-cannot keep the timeout when a waiter is frozen (SIGSTOP) while it holds the room.
+cannot keep the timeout when a waiter is frozen (SIGSTOP) while it holds the room. A
+queue that keeps the timeout (an ``flock`` on a side file around each write, waiters
+spinning 50-500 us and then sleeping on a futex with a bounded patience, the leaver waking
+one) measured worse than hybrid at 1, 2 and 8 workers (2 workers: 3.6-3.9k against
+5.7-6.0k lifecycles/s), and spinning longer let writers barge (8 workers: Jain 0.62-0.67):
+every hand-over wakes a sleeping process, which costs more than the lock's idle gaps.
+Shorter sleeps (``busy_timeout`` 1 ms with 0.5 ms retries, or 20-300 us Python retries)
+lost 5-20 % at 8 workers: more wake-ups, less CPU for the holder.
 
 ``bench`` (``ferry-harness bench``) measures them side by side; see reports/bench/.
 """
