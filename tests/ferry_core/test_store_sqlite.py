@@ -89,10 +89,11 @@ def test_wal_stays_bounded_under_steady_traffic(store, wal_size):
     assert max(sizes[2:]) <= max(sizes[:2]) * 1.5 + 65_536, sizes
 
 
-def test_wal_is_truncated_once_the_auto_checkpoint_falls_behind(store_factory, db_path):
+def test_wal_is_reset_once_the_auto_checkpoint_falls_behind(store_factory, db_path):
     """A reader pins the WAL (as other processes do all the time under contention): once
     the file passes wal_limit_bytes the store turns SQLite's automatic checkpoint off and
-    truncates the WAL itself whenever it passes half the limit."""
+    resets the WAL itself whenever its frames pass half the limit; the file is cut back
+    to the limit and never passes it again."""
     limit = 2 << 20
     store = store_factory(wal_limit_bytes=limit)
 
@@ -114,12 +115,16 @@ def test_wal_is_truncated_once_the_auto_checkpoint_falls_behind(store_factory, d
         reader.execute("ROLLBACK")
         reader.close()
     assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(0,)]
-    sizes = []
+    sizes, frames = [], []
     for _ in range(10):
         lifecycles(20)
         sizes.append(os.path.getsize(db_path + "-wal"))
+        frames.append(store._wal_frames_bytes())
     # checked every WAL_CHECK_EVERY (32) commits: half the limit plus ~0.5 MiB of growth
-    assert min(sizes) < limit // 2 and max(sizes) <= limit, sizes
+    assert min(frames) < limit // 2 and max(frames) <= limit, frames
+    assert max(sizes) <= limit, sizes
+    resets = [b for a, b in zip(frames, frames[1:], strict=False) if b < a]
+    assert resets, frames  # the frame count fell: the WAL restarted from its beginning
 
 
 # ----------------------------------------------------------------- idle-no-write

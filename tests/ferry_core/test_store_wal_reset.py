@@ -1,9 +1,9 @@
 """Where the store's own WAL reset holds the write lock, and for how long (counted in
 statements and settings, not timed).
 
-A TRUNCATE checkpoint holds the write lock while it copies and while it waits for readers:
+A RESTART checkpoint holds the write lock while it copies and while it waits for readers:
 every other writer waits behind it. So the store copies first with a PASSIVE checkpoint
-(no write lock), lets the TRUNCATE wait at most ``WAL_RESET_WAIT_MS``, and retries a reset
+(no write lock), lets the RESTART wait at most ``WAL_RESET_WAIT_MS``, and retries a reset
 that found the lock busy a few writes later.
 """
 
@@ -49,10 +49,10 @@ def test_the_reset_copies_without_the_write_lock_first_and_waits_briefly(store_f
     reader.close()
     stmts = _checkpoint_statements(store, lambda: store._bound_wal(retry=False))
     passive = stmts.index("PRAGMA wal_checkpoint(PASSIVE)")
-    truncate = stmts.index("PRAGMA wal_checkpoint(TRUNCATE)")
-    assert passive < truncate, stmts
+    restart = stmts.index("PRAGMA wal_checkpoint(RESTART)")
+    assert passive < restart, stmts
     wait = f"PRAGMA busy_timeout={store_mod.WAL_RESET_WAIT_MS}"
-    assert stmts.index(wait) < truncate, stmts  # the write lock is held this long at most
+    assert stmts.index(wait) < restart, stmts  # the write lock is held this long at most
     assert store_mod.WAL_RESET_WAIT_MS <= 5
     assert not store._reset_pending
 
@@ -61,10 +61,10 @@ def test_a_busy_reset_is_retried_soon_without_copying_again(store_factory, db_pa
     store, reader = _over_the_limit(store_factory, db_path)
     try:
         stmts = _checkpoint_statements(store, lambda: store._bound_wal(retry=False))
-        assert "PRAGMA wal_checkpoint(TRUNCATE)" in stmts
-        assert store._reset_pending  # the reader still pins the WAL: the TRUNCATE gave up
+        assert "PRAGMA wal_checkpoint(RESTART)" in stmts
+        assert store._reset_pending  # the reader still pins the WAL: the RESTART gave up
         retried = _checkpoint_statements(store, lambda: _lifecycles(store, 2))  # 6 writes
-        assert retried.count("PRAGMA wal_checkpoint(TRUNCATE)") >= 1, retried
+        assert retried.count("PRAGMA wal_checkpoint(RESTART)") >= 1, retried
         assert "PRAGMA wal_checkpoint(PASSIVE)" not in retried, retried
     finally:
         reader.execute("ROLLBACK")
