@@ -33,7 +33,7 @@ STRATEGIES = ("cas", "immediate")
 WAL_LIMIT_BYTES = 8 << 20  # reset the WAL past this; the stated bound is 8x (64 MiB)
 WAL_CHECK_EVERY = 32  # committed writes between two looks at the -wal size
 WAL_RETRY_EVERY = 4  # ... and between two tries of a reset that found the lock busy
-#: how long the resetting TRUNCATE may wait, through SQLite's busy handler, for the write
+#: how long the resetting RESTART may wait, through SQLite's busy handler, for the write
 #: lock and then (holding it) for readers; every other writer waits that long at most
 WAL_RESET_WAIT_MS = 3
 #: where the -shm file's first WAL-index header copy keeps szPage (u16) and mxFrame (u32),
@@ -397,17 +397,20 @@ class LeaseStore(_StoreFront):
         Once a reset no longer empties the file, its size is no measure of what the WAL
         holds, so from then on this method reads the frame count (``mxFrame``) from the
         WAL-index header in the ``-shm`` file, and the file size only as a safety net (it
-        passes the limit only when the frames do). RESTART rather than TRUNCATE: cutting
-        the file to zero under the write lock, and growing it again frame by frame, cost
-        up to a fifth of the throughput at 8 workers on ext4 (reports/bench).
+        passes the limit only when the frames do); where the header cannot be read it
+        measures the file and resets with TRUNCATE, as before. RESTART rather than
+        TRUNCATE: cutting the file to zero under the write lock, and growing it again
+        frame by frame, measured 0.73-0.96x the 8-worker throughput of RESTART on ext4
+        (``ferry-harness bench``, one interleaved run of 3 repetitions).
 
         One process alone never gets there (the automatic checkpoint resets its WAL at
         ~4 MiB) and keeps SQLite's cheaper passive checkpoints.
         """
         try:
             size = os.path.getsize(self.path + "-wal")
-            if self._own_checkpoints and size <= self.wal_limit_bytes:
-                size = self._wal_frames_bytes()
+            frames = self._wal_frames_bytes() if self._own_checkpoints else None
+            if frames is not None and size <= self.wal_limit_bytes:
+                size = frames
             if size <= (self.wal_limit_bytes // 2 if self._own_checkpoints
                         else self.wal_limit_bytes):
                 self._reset_pending = False
@@ -420,18 +423,35 @@ class LeaseStore(_StoreFront):
             before = self._conn.execute("PRAGMA busy_timeout").fetchall()[0][0]
             self._conn.execute(f"PRAGMA busy_timeout={WAL_RESET_WAIT_MS}")
             try:
-                busy = self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()[0][0]
+                mode = "RESTART" if frames is not None or self._shm_readable() else "TRUNCATE"
+                busy = self._conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()[0][0]
             finally:
                 self._conn.execute(f"PRAGMA busy_timeout={before}")
             self._reset_pending = bool(busy)
         except (OSError, sqlite3.Error):
             self._reset_pending = True  # busy: another process is checkpointing; soon again
 
-    def _wal_frames_bytes(self) -> int:
-        """Bytes of frames the WAL holds now (mxFrame x (page + 24-byte frame header))."""
+    def _shm_readable(self) -> bool:
         if self._shm_fd is None:
-            self._shm_fd = os.open(self.path + "-shm", os.O_RDONLY | os.O_CLOEXEC)
-        page, frames = _SHM_HEADER.unpack(os.pread(self._shm_fd, _SHM_HEADER.size, 0))
+            try:
+                self._shm_fd = os.open(self.path + "-shm", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return False
+        return True
+
+    def _wal_frames_bytes(self) -> int | None:
+        """Bytes of frames the WAL holds now (mxFrame x (page + 24-byte frame header)),
+        or None where there is no ``-shm`` header to read (then the file size is the
+        measure, and TRUNCATE keeps it true)."""
+        if not self._shm_readable():
+            return None
+        try:
+            head = os.pread(self._shm_fd, _SHM_HEADER.size, 0)
+        except OSError:
+            return None
+        if len(head) < _SHM_HEADER.size:
+            return None
+        page, frames = _SHM_HEADER.unpack(head)
         return frames * ((65536 if page == 1 else page) + 24)  # szPage 1 stands for 65536
 
     # ------------------------------------------------------------------ dispatch

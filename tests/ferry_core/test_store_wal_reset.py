@@ -9,6 +9,7 @@ that found the lock busy a few writes later.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 from ferry_core import store as store_mod
@@ -71,3 +72,28 @@ def test_a_busy_reset_is_retried_soon_without_copying_again(store_factory, db_pa
         reader.close()
     _lifecycles(store, 4)
     assert not store._reset_pending
+
+
+def test_the_reset_restarts_and_reads_the_frame_count_from_the_shm_header(store_factory,
+                                                                          db_path):
+    store, reader = _over_the_limit(store_factory, db_path)
+    reader.execute("ROLLBACK")
+    reader.close()
+    stmts = _checkpoint_statements(store, lambda: store._bound_wal(retry=False))
+    assert "PRAGMA wal_checkpoint(RESTART)" in stmts, stmts
+    before = store._wal_frames_bytes()
+    _lifecycles(store, 1)  # the next writer starts the WAL over: a few frames, file kept
+    assert 0 < store._wal_frames_bytes() < 64 * 1024 < before, before
+    assert 64 * 1024 < os.path.getsize(db_path + "-wal") <= store.wal_limit_bytes  # cut back
+
+
+def test_without_a_readable_shm_header_the_reset_truncates(store_factory, db_path,
+                                                          monkeypatch):
+    store, reader = _over_the_limit(store_factory, db_path)
+    reader.execute("ROLLBACK")
+    reader.close()
+    monkeypatch.setattr(store, "_shm_readable", lambda: False)
+    assert store._wal_frames_bytes() is None
+    stmts = _checkpoint_statements(store, lambda: store._bound_wal(retry=False))
+    assert "PRAGMA wal_checkpoint(TRUNCATE)" in stmts, stmts
+    assert os.path.getsize(db_path + "-wal") == 0  # the file size stays a true measure
