@@ -43,11 +43,17 @@ def _over_the_limit(store_factory, db_path):
     return store, reader
 
 
-def test_the_reset_copies_without_the_write_lock_first_and_waits_briefly(store_factory,
-                                                                          db_path):
+def _let_go(store_factory, db_path):
+    """``_over_the_limit``, then the reader lets go: the next reset can complete."""
     store, reader = _over_the_limit(store_factory, db_path)
     reader.execute("ROLLBACK")
     reader.close()
+    return store
+
+
+def test_the_reset_copies_without_the_write_lock_first_and_waits_briefly(store_factory,
+                                                                          db_path):
+    store = _let_go(store_factory, db_path)
     stmts = _checkpoint_statements(store, lambda: store._bound_wal(retry=False))
     passive = stmts.index("PRAGMA wal_checkpoint(PASSIVE)")
     restart = stmts.index("PRAGMA wal_checkpoint(RESTART)")
@@ -76,9 +82,7 @@ def test_a_busy_reset_is_retried_soon_without_copying_again(store_factory, db_pa
 
 def test_the_reset_restarts_and_reads_the_frame_count_from_the_shm_header(store_factory,
                                                                           db_path):
-    store, reader = _over_the_limit(store_factory, db_path)
-    reader.execute("ROLLBACK")
-    reader.close()
+    store = _let_go(store_factory, db_path)
     stmts = _checkpoint_statements(store, lambda: store._bound_wal(retry=False))
     assert "PRAGMA wal_checkpoint(RESTART)" in stmts, stmts
     before = store._wal_frames_bytes()
@@ -89,9 +93,7 @@ def test_the_reset_restarts_and_reads_the_frame_count_from_the_shm_header(store_
 
 def test_without_a_readable_shm_header_the_reset_truncates(store_factory, db_path,
                                                           monkeypatch):
-    store, reader = _over_the_limit(store_factory, db_path)
-    reader.execute("ROLLBACK")
-    reader.close()
+    store = _let_go(store_factory, db_path)
     monkeypatch.setattr(store, "_shm_readable", lambda: False)
     assert store._wal_frames_bytes() is None
     stmts = _checkpoint_statements(store, lambda: store._bound_wal(retry=False))
