@@ -42,6 +42,9 @@ Per run it reports:
   the wall-clock rate follows the CPU share the workers got; this follows the work).
 - ``same_sql_ratio``: lifecycles/s over the same-SQL ceiling at the same worker count in
   the same repetition; ``vs_1_worker``: over the same variant's 1-worker run there.
+  ``same_sql_p99_ms`` / ``same_sql_p999_ms``: the claim tail of that same-SQL sample, so a
+  tail the machine puts on the bare statements (checkpoint fsyncs on a disk) is told apart
+  from one the store adds.
 
 ``ceiling`` is a raw single-process rate on the same machine in the same invocation:
 autocommit ``UPDATE … WHERE id=? AND status=…`` of one integer-keyed row per statement, the

@@ -12,7 +12,9 @@ same machine, in the same invocation.
   ``sqlite3``: SQLite's own busy handler (``busy_timeout`` = the store's default), the
   store's connection settings and its SQL function, SQLite's automatic checkpoint. What
   ferry_core reaches at W workers over what its own SQL reaches at W is the share the
-  store's Python (busy policy, checkpoints, argument checks) costs under contention.
+  store's Python (busy policy, checkpoints, argument checks) costs under contention. The
+  replay also times its claims and fulfills apart, so a tail the file system puts on every
+  write (checkpoint fsyncs on a disk) shows in the bare SQL too, next to the store's.
 """
 
 from __future__ import annotations
@@ -78,18 +80,29 @@ def measure_ceiling(workdir: str, updates: int = CEILING_UPDATES) -> float:
     return updates / elapsed
 
 
+def _spread(values: list[float], fmt: str) -> str:
+    lo, hi = min(values), max(values)
+    return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else \
+        f"{format(lo, fmt)}–{format(hi, fmt)}"
+
+
 def same_sql_line(ceiling: Ceiling) -> str | None:
-    """The same-SQL ceiling in one line (min-max lifecycles/s per worker count), or None."""
+    """The same-SQL ceiling in one line (min-max lifecycles/s and claim p99 / p99.9 per
+    worker count), or None."""
     same = ceiling.get("same_sql")
     if not same:
         return None
     cells = []
     for w, v in sorted(same["by_workers"].items(), key=lambda kv: int(kv[0])):
-        lo, hi = min(v), max(v)
-        rate = f"{lo:,.0f}" if round(lo) == round(hi) else f"{lo:,.0f}–{hi:,.0f}"
-        cells.append(f"{w}w {rate}")
+        cell = f"{w}w {_spread(v, ',.0f')}/s"
+        tails = [q["claim_latency_ms"] for q in same.get("runs", ())
+                 if str(q["workers"]) == w and "claim_latency_ms" in q]
+        if tails:
+            cell += (f" (claim p99 {_spread([t['p99'] for t in tails], '.1f')}, "
+                     f"p99.9 {_spread([t['p999'] for t in tails], '.1f')} ms)")
+        cells.append(cell)
     return ("same-SQL ceiling (ferry_core's claim + fulfill statements, W bare processes, "
-            "SQLite's busy handler): " + ", ".join(cells) + " lifecycles/s")
+            "SQLite's busy handler), lifecycles: " + ", ".join(cells))
 
 
 def measure_store_claim_update(workdir: str, updates: int) -> float:
@@ -235,10 +248,12 @@ def _run_statement(conn: sqlite3.Connection, stmt: str, args: SqlParams,
 
 
 def replay_lifecycle(conn: sqlite3.Connection, sql: LifecycleSQL, agent: str, now: int,
-                     busy: list[int], token_sink: Any = None) -> str | None:
+                     busy: list[int], token_sink: Any = None,
+                     polled: array | None = None) -> str | None:
     """One lifecycle of the captured statements on ``conn``: the claimed task's id, or
     None when the poll claimed nothing (the queue is drained). The token is a fresh
-    ``uuid4`` as the store's (``token_sink(token)`` sees it)."""
+    ``uuid4`` as the store's (``token_sink(token)`` sees it); ``polled`` gets the
+    ``time.monotonic_ns()`` at which a claiming poll returned (where the fulfill starts)."""
     args: SqlParams = {"agent": agent, "token": str(uuid.uuid4()), "now": now,
                             "task_id": None}
     if token_sink is not None:
@@ -249,6 +264,8 @@ def replay_lifecycle(conn: sqlite3.Connection, sql: LifecycleSQL, agent: str, no
             args["task_id"] = rows[0][names.index("task_id")]
     if args["task_id"] is None:
         return None
+    if polled is not None:
+        polled.append(time.monotonic_ns())
     for stmt in sql.fulfill:
         _run_statement(conn, stmt, args, busy)
     return args["task_id"]
@@ -263,6 +280,8 @@ def _replay_worker(path: str, sql: LifecycleSQL, slot: int, go: Any, out: Any,
     mono = time.monotonic_ns
     busy = [0]
     lat = array("q")
+    claim_lat = array("q")
+    polled = array("q")
     done, t_start, t_last, cpu_s, error = 0, 0, 0, 0.0, None
     try:
         conn = open_replay_connection(path, sql, 5.0)
@@ -274,24 +293,27 @@ def _replay_worker(path: str, sql: LifecycleSQL, slot: int, go: Any, out: Any,
         agent = f"same-sql-{slot}"
         while True:
             t0 = mono()
-            if replay_lifecycle(conn, sql, agent, clock(), busy) is None:
+            if replay_lifecycle(conn, sql, agent, clock(), busy, polled=polled) is None:
                 break
             t_last = mono()
             lat.append(t_last - t0)
+            claim_lat.append(polled[-1] - t0)
             done += 1
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
         conn.close()
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
-    out.send(("done", slot, done, busy[0], t_start, t_last, lat.tobytes(), cpu_s, error))
+    out.send(("done", slot, done, busy[0], t_start, t_last, lat.tobytes(), cpu_s,
+              claim_lat.tobytes(), error))
 
 
 def measure_same_sql(workdir: str, workers: int, tasks: int, sql: LifecycleSQL, *,
                      timeout_s: float = 600.0) -> SameSqlRun:
     """``tasks`` lifecycles of ferry_core's own SQL replayed by ``workers`` bare processes
-    from one barrier: lifecycles/s (barrier -> last fulfill), the lifecycle latency, busy
-    errors (SQLite's handler gave up after 5 s), Jain and whether every task completed once."""
+    from one barrier: lifecycles/s (barrier -> last fulfill), the latency of a lifecycle, of
+    its claiming poll and of its fulfill, busy errors (SQLite's handler gave up after 5 s),
+    Jain and whether every task completed once."""
     path = os.path.join(workdir, f"samesql-{uuid.uuid4().hex[:8]}.db")
     procs: list[Any] = []
     pipes: list[Any] = []
@@ -352,12 +374,17 @@ def measure_same_sql(workdir: str, workers: int, tasks: int, sql: LifecycleSQL, 
     starts = [r[2] for r in rows if r[2]]
     last = max((r[3] for r in rows), default=0)
     secs = (last - min(starts)) / 1e9 if starts and last else 0.0
-    lat = array("q")
+    lat, claim_lat = array("q"), array("q")
     for r in rows:
         lat.frombytes(r[4])
+        claim_lat.frombytes(r[6])
     return {"workers": workers, "tasks": tasks, "lifecycles": done,
             "lifecycles_per_s": done / secs if secs > 0 else 0.0, "seconds": secs,
-            "latency_ms": latency_summary(lat), "busy_errors": sum(r[1] for r in rows),
+            "latency_ms": latency_summary(lat),
+            "claim_latency_ms": latency_summary(claim_lat),
+            "fulfill_latency_ms": latency_summary(a - b for a, b in zip(lat, claim_lat,
+                                                                         strict=True)),
+            "busy_errors": sum(r[1] for r in rows),
             "jain_fairness": jain([r[0] for r in rows]) if rows else 0.0,
             "cpu_s": sum(r[5] for r in rows),
             "lifecycles_per_cpu_s": done / cpu if (cpu := sum(r[5] for r in rows)) else 0.0,

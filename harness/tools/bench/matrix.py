@@ -109,7 +109,7 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
             total = len(combos) * repeat
             for rep in range(repeat):
                 rep_runs = []
-                rep_same: dict[int, float] = {}
+                rep_same: dict[int, SameSqlRun] = {}
                 for i, (w, (tgt, s, p)) in enumerate(combos):
                     index = rep * len(combos) + i
                     if lifecycle_sql is not None and w not in rep_same:
@@ -119,7 +119,7 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
                         same = measure_same_sql(base, w, tasks, lifecycle_sql, timeout_s=timeout_s)
                         same["rep"] = rep + 1
                         same_sql_runs.append(same)
-                        rep_same[w] = same["lifecycles_per_s"]
+                        rep_same[w] = same
                     label = variant_label(tgt.spec, s, p, multi)
                     if progress:
                         progress({"phase": "run", "label": f"{w}w {label}", "index": index,
@@ -146,10 +146,12 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
                     r["raw_half"] = rep_ceiling / 2  # a lifecycle is at least two such writes
                     r["lifecycle_ratio"] = (r["lifecycles_per_s"] / r["raw_half"]
                                             if rep_ceiling else 0.0)
-                    same = rep_same.get(r["workers"], 0.0)
-                    if same and _is_ferry_core(r):
-                        r["same_sql_per_s"] = same
-                        r["same_sql_ratio"] = r["lifecycles_per_s"] / same
+                    bare = rep_same.get(r["workers"])
+                    if bare and bare["lifecycles_per_s"] and _is_ferry_core(r):
+                        r["same_sql_per_s"] = bare["lifecycles_per_s"]
+                        r["same_sql_ratio"] = r["lifecycles_per_s"] / bare["lifecycles_per_s"]
+                        r["same_sql_p99_ms"] = bare["claim_latency_ms"]["p99"]
+                        r["same_sql_p999_ms"] = bare["claim_latency_ms"]["p999"]
                 runs.extend(rep_runs)
                 before = after
             best = max(samples)
@@ -183,7 +185,9 @@ def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,
                                "function, SQLite's automatic checkpoint) from one barrier on "
                                "the same tasks, right before the runs at W workers in every "
                                "repetition; same_sql_ratio = a run's lifecycles/s over that "
-                               "repetition's sample at its worker count"),
+                               "repetition's sample at its worker count, same_sql_p99_ms / "
+                               "same_sql_p999_ms = that sample's claim tail (the poll's "
+                               "statements, as a run's latency_ms times poll_next)"),
                 }
             if claim_update is not None:
                 ceiling["ferry_core_claim_update_per_s"] = claim_update

@@ -97,6 +97,10 @@ class RunRecord(TypedDict, total=False):
     lifecycle_ratio: float
     same_sql_per_s: float
     same_sql_ratio: float
+    #: claim p99 / p99.9 (ms) of the bare same-SQL replay at this worker count in this
+    #: repetition: the tail the machine's SQLite and file system put on the same statements
+    same_sql_p99_ms: float
+    same_sql_p999_ms: float
     vs_1_worker: float
 
 
@@ -108,7 +112,9 @@ class SameSqlRun(TypedDict, total=False):
     lifecycles: int
     lifecycles_per_s: float
     seconds: float
-    latency_ms: Latency
+    latency_ms: Latency  # a whole lifecycle: claiming poll + fulfill
+    claim_latency_ms: Latency  # the claiming poll's statements (busy waits included)
+    fulfill_latency_ms: Latency  # the fulfill's statements
     busy_errors: int
     jain_fairness: float
     cpu_s: float

@@ -108,6 +108,12 @@ def test_same_sql_completes_every_task_once_and_leaves_no_process(tmp_path):
     assert got["error"] is None and got["verified"], got
     assert got["lifecycles"] == 150 and got["lifecycles_per_s"] > 0
     assert got["latency_ms"]["count"] == 150
+    # the claim and the fulfill are timed apart, and together they are the lifecycle
+    claim, fulfill, whole = got["claim_latency_ms"], got["fulfill_latency_ms"], got["latency_ms"]
+    assert claim["count"] == fulfill["count"] == 150
+    assert 0 < claim["mean"] < whole["mean"] and 0 < fulfill["mean"] < whole["mean"]
+    assert claim["mean"] + fulfill["mean"] == pytest.approx(whole["mean"], rel=1e-6)
+    assert claim["max"] <= whole["max"] and fulfill["max"] <= whole["max"]
     assert got["cpu_s"] > 0 and got["lifecycles_per_cpu_s"] > 0
     assert set(children_of(os.getpid())) <= before
 
@@ -125,4 +131,24 @@ def test_bench_reports_the_same_sql_ceiling_next_to_raw(tmp_path):
         assert run["same_sql_ratio"] == pytest.approx(
             run["lifecycles_per_s"] / same["by_workers"][str(run["workers"])][0])
         assert run["vs_1_worker"] > 0
-    assert ceiling.same_sql_line(res["ceiling"]).startswith("same-SQL ceiling")
+        bare = next(q for q in same["runs"]
+                    if q["workers"] == run["workers"] and q["rep"] == run["rep"])
+        assert run["same_sql_p99_ms"] == bare["claim_latency_ms"]["p99"] > 0
+        assert run["same_sql_p999_ms"] == bare["claim_latency_ms"]["p999"]
+    line = ceiling.same_sql_line(res["ceiling"])
+    assert line.startswith("same-SQL ceiling") and line.count("claim p99") == 2, line
+
+
+def test_the_same_sql_line_shows_each_worker_count_s_rate_and_claim_tail():
+    def run(w, rate, p99, p999):
+        return {"workers": w, "lifecycles_per_s": rate,
+                "claim_latency_ms": {"p99": p99, "p999": p999}}
+    c = {"same_sql": {"by_workers": {"2": [6622.4, 6904.9], "1": [7712.0]},
+                      "runs": [run(1, 7712.0, 0.21, 0.6), run(2, 6622.4, 1.94, 8.0),
+                               run(2, 6904.9, 4.47, 35.1)]}}
+    assert ceiling.same_sql_line(c).endswith(
+        "lifecycles: 1w 7,712/s (claim p99 0.2, p99.9 0.6 ms), "
+        "2w 6,622–6,905/s (claim p99 1.9–4.5, p99.9 8.0–35.1 ms)")
+    del c["same_sql"]["runs"]  # a bench.json from before the claim tail: rates only
+    assert ceiling.same_sql_line(c).endswith("lifecycles: 1w 7,712/s, 2w 6,622–6,905/s")
+    assert ceiling.same_sql_line({}) is None
