@@ -27,7 +27,12 @@ one) measured worse than hybrid at 1, 2 and 8 workers (2 workers: 3.6-3.9k again
 5.7-6.0k lifecycles/s), and spinning longer let writers barge (8 workers: Jain 0.62-0.67):
 every hand-over wakes a sleeping process, which costs more than the lock's idle gaps.
 Shorter sleeps (``busy_timeout`` 1 ms with 0.5 ms retries, or 20-300 us Python retries)
-lost 5-20 % at 8 workers: more wake-ups, less CPU for the holder.
+lost 5-20 % at 8 workers: more wake-ups, less CPU for the holder; two or four short
+retries before hybrid's measured within the noise at 2 and 8 workers. Slices (a side file
+names the process that won the lock; the others sleep until its 1-3 ms are over) cut the
+2-worker p99 to 1.6-1.8 ms but cost 19-23 % of the 2-worker throughput, and
+``SCHED_BATCH`` while a write waits (no wake-up preemption of the holder) lost 8-worker
+throughput (reports/bench/notes.md, 2026-12-03).
 
 ``bench`` (``ferry-harness bench``) measures them side by side; see reports/bench/.
 """
