@@ -38,7 +38,7 @@ from ferry_harness.errors import HarnessError
 from ferry_harness.runtime.process import die_with_parent
 from ferry_harness.tools.bench.records import Ceiling, SameSqlRun
 from ferry_harness.tools.bench.runner import dispatch_tasks
-from ferry_harness.tools.bench.stats import jain, latency_summary
+from ferry_harness.tools.bench.stats import jain, latency_summary, spread
 
 # the named parameters a replayed statement binds (agent, token, now, task_id)
 SqlParams = dict[str, str | int | None]
@@ -80,12 +80,6 @@ def measure_ceiling(workdir: str, updates: int = CEILING_UPDATES) -> float:
     return updates / elapsed
 
 
-def _spread(values: list[float], fmt: str) -> str:
-    lo, hi = min(values), max(values)
-    return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else \
-        f"{format(lo, fmt)}–{format(hi, fmt)}"
-
-
 def same_sql_line(ceiling: Ceiling) -> str | None:
     """The same-SQL ceiling in one line (min-max lifecycles/s and claim p99 / p99.9 per
     worker count), or None."""
@@ -94,12 +88,12 @@ def same_sql_line(ceiling: Ceiling) -> str | None:
         return None
     cells = []
     for w, v in sorted(same["by_workers"].items(), key=lambda kv: int(kv[0])):
-        cell = f"{w}w {_spread(v, ',.0f')}/s"
+        cell = f"{w}w {spread(v, ',.0f')}/s"
         tails = [q["claim_latency_ms"] for q in same.get("runs", ())
                  if str(q["workers"]) == w and "claim_latency_ms" in q]
         if tails:
-            cell += (f" (claim p99 {_spread([t['p99'] for t in tails], '.1f')}, "
-                     f"p99.9 {_spread([t['p999'] for t in tails], '.1f')} ms)")
+            cell += (f" (claim p99 {spread([t['p99'] for t in tails], '.1f')}, "
+                     f"p99.9 {spread([t['p999'] for t in tails], '.1f')} ms)")
         cells.append(cell)
     return ("same-SQL ceiling (ferry_core's claim + fulfill statements, W bare processes, "
             "SQLite's busy handler), lifecycles: " + ", ".join(cells))

@@ -10,6 +10,7 @@ from pathlib import Path
 from ferry_harness.check.sizes import WAL_BOUND_BYTES
 from ferry_harness.tools.bench.ceiling import same_sql_line
 from ferry_harness.tools.bench.records import BenchResult, GoalRow, RunRecord
+from ferry_harness.tools.bench.stats import spread
 from ferry_harness.tools.bench.targets import ferry_core_only, short_name
 
 MIB = 1 << 20
@@ -59,12 +60,6 @@ def _opt(run: RunRecord, key: str, fmt: str) -> str:
     return format(run[key], fmt) if key in run else "—"
 
 
-def _spread(values: list[float], fmt: str) -> str:
-    lo, hi = min(values), max(values)
-    return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else (
-        f"{format(lo, fmt)}–{format(hi, fmt)}")
-
-
 def compare_table(result: BenchResult) -> list[str]:
     """One row per target variant: every worker count's lifecycles/s, and the tail at the
     largest worker count (the spread over repetitions, min–max)."""
@@ -84,15 +79,15 @@ def compare_table(result: BenchResult) -> list[str]:
         for w in ws:
             at = [r for r in mine if r["workers"] == w]
             ratios = [r["lifecycle_ratio"] for r in at if "lifecycle_ratio" in r]
-            cells.append(f"{_spread([r['lifecycles_per_s'] for r in at], ',.0f')}"
-                         + (f" ({_spread(ratios, '.2f')})" if ratios else "")
+            cells.append(f"{spread([r['lifecycles_per_s'] for r in at], ',.0f')}"
+                         + (f" ({spread(ratios, '.2f')})" if ratios else "")
                          if at else "—")
         tail = [r for r in mine if r["workers"] == tail_w]
         if tail:
-            cells += [_spread([r["latency_ms"][k] for r in tail], ".1f")
+            cells += [spread([r["latency_ms"][k] for r in tail], ".1f")
                       for k in ("p99", "p999", "max")]
-            cells += [_spread([r["jain_fairness"] for r in tail], ".2f"),
-                      _spread([r["cas_miss_ratio"] for r in tail], ".3f")]
+            cells += [spread([r["jain_fairness"] for r in tail], ".2f"),
+                      spread([r["cas_miss_ratio"] for r in tail], ".3f")]
         else:
             cells += ["—"] * 5
         bad = sum(1 for r in mine if not (r.get("verified") or {}).get("ok"))

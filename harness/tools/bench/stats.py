@@ -46,3 +46,11 @@ def latency_histogram(ns: Iterable[int]) -> list[int]:
         i = bisect.bisect_right(HIST_EDGES_MS, v / 1e6) - 1
         counts[min(max(i, 0), last)] += 1
     return counts
+
+
+def spread(values: Sequence[float], fmt: str) -> str:
+    """``min–max`` of ``values`` in ``fmt`` (one value where both print the same), e.g.
+    ``spread([6622.4, 6904.9], ",.0f") == "6,622–6,905"``."""
+    lo, hi = min(values), max(values)
+    return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else (
+        f"{format(lo, fmt)}–{format(hi, fmt)}")
