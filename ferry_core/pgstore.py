@@ -71,7 +71,9 @@ from .types import CLAIMED, SUBMITTED, Claim, ClaimStats, Salvage, TaskView
 if TYPE_CHECKING:  # psycopg is optional: imported by the constructor
     import psycopg
 
-PG_SCHEMA_VERSION = 2  # 2: tasks_ready_order (an older schema gets it on open)
+#: 2: tasks_ready_order; 3: a fulfill leaves the token history be (an older schema gets
+#: what is new on open)
+PG_SCHEMA_VERSION = 3
 PG_OWN_TABLES = frozenset({"tasks", "task_deps", "claim_tokens", "salvage", "daemon_locks",
                            "ferry_meta"})
 STRATEGIES = ("cas",)
@@ -169,20 +171,22 @@ CREATE OR REPLACE FUNCTION {s}.ferry_token_retired() RETURNS trigger LANGUAGE pl
 BEGIN
     UPDATE {s}.claim_tokens SET
         retired_why = CASE
-            WHEN NEW.status = 'COMPLETED' THEN 'complete'
             WHEN NEW.status = 'FAILED' THEN 'fail'
             WHEN NEW.release_count > OLD.release_count THEN 'release'
             ELSE 'expiry' END,
         retired_at = CASE
-            WHEN NEW.status IN ('COMPLETED', 'FAILED') THEN NEW.completed_at
+            WHEN NEW.status = 'FAILED' THEN NEW.completed_at
             ELSE NEW.queued_at END
     WHERE token = OLD.claim_token AND retired_why IS NULL;
     RETURN NULL;
 END $$;
+-- as ferry_core.schema's version 3: a fulfill leaves the history row be (the COMPLETED
+-- task row records that retirement)
 DROP TRIGGER IF EXISTS claim_token_retired ON {s}.tasks;
 CREATE TRIGGER claim_token_retired
     AFTER UPDATE OF claim_token ON {s}.tasks FOR EACH ROW
-    WHEN (OLD.claim_token IS NOT NULL AND NEW.claim_token IS NULL)
+    WHEN (OLD.claim_token IS NOT NULL AND NEW.claim_token IS NULL
+          AND NEW.status <> 'COMPLETED')
     EXECUTE FUNCTION {s}.ferry_token_retired();
 
 CREATE TABLE IF NOT EXISTS {s}.ferry_meta (version INTEGER NOT NULL);

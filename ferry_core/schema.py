@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # queue_deadline = queued_at + queue_ttl_ms, kept as a column so the sweep can use an index.
 # pending_deps counts dependencies not yet COMPLETED, so readiness is one indexed predicate.
@@ -104,6 +104,31 @@ CREATE TRIGGER IF NOT EXISTS completed_unblocks_dependents
 BEGIN
     UPDATE tasks SET pending_deps = pending_deps - 1
     WHERE task_id IN (SELECT task_id FROM task_deps WHERE depends_on = NEW.task_id);
+END;
+"""
+
+# Version 3: a fulfill no longer rewrites the token history. The completed task row
+# (status COMPLETED, completed_at, no live token) is the record of that retirement, so the
+# history row of a token that completed its task keeps retired_at / retired_why NULL;
+# release, expiry and fail still write theirs. A lifecycle writes one page less to the WAL
+# (8.8 -> 7.8 frames): lifecycles/s median +10 / +8 / +4 % at 1 / 2 / 8 workers, 25 of
+# 30 interleaved pairs faster (reports/bench/notes.md, 2026-12-03).
+V3_DDL = """
+DROP TRIGGER IF EXISTS claim_token_retired;
+CREATE TRIGGER claim_token_retired
+    AFTER UPDATE OF claim_token ON tasks
+    WHEN OLD.claim_token IS NOT NULL AND NEW.claim_token IS NULL
+        AND NEW.status <> 'COMPLETED'
+BEGIN
+    UPDATE claim_tokens SET
+        retired_why = CASE
+            WHEN NEW.status = 'FAILED' THEN 'fail'
+            WHEN NEW.release_count > OLD.release_count THEN 'release'
+            ELSE 'expiry' END,
+        retired_at = CASE
+            WHEN NEW.status = 'FAILED' THEN NEW.completed_at
+            ELSE NEW.queued_at END
+    WHERE token = OLD.claim_token AND retired_why IS NULL;
 END;
 """
 

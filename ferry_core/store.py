@@ -23,7 +23,7 @@ from typing import Any
 from . import errors
 from .busy import POLICIES, BusyPolicy, make_busy_policy
 from .clock import Clock, SystemClock
-from .schema import DDL, OWN_TABLES, SCHEMA_VERSION, V2_DDL
+from .schema import DDL, OWN_TABLES, SCHEMA_VERSION, V2_DDL, V3_DDL
 from .types import CLAIMED, COMPLETED, SUBMITTED, Claim, ClaimStats, Salvage, TaskView
 
 DEFAULT_QUEUE_TTL_MS = 3_600_000
@@ -255,7 +255,9 @@ class LeaseStore(_StoreFront):
                 try:
                     if version == 0:
                         self._create(conn, DDL)
-                    self._create(conn, V2_DDL)  # 1 -> 2: the bookkeeping triggers
+                    if version < 2:
+                        self._create(conn, V2_DDL)  # 1 -> 2: the bookkeeping triggers
+                    self._create(conn, V3_DDL)  # 2 -> 3: a fulfill leaves the history be
                     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                     conn.execute("COMMIT")
                 except BaseException:

@@ -212,7 +212,9 @@ def test_token_is_retired_and_then_refused_forever(store, clock, assert_refused,
         retired_at, why = c.lease_expires_at, "expiry"
     elif how == "fulfill":
         store.fulfill(tid, "A", c.token, 1)
-        retired_at, why = T0 + 10, "complete"
+        # the COMPLETED row records this retirement; the history row is left be
+        retired_at, why = None, None
+        assert (store.get(tid).status, store.get(tid).completed_at) == (COMPLETED, T0 + 10)
     else:
         store.fail(tid, "A", c.token, "x")
         retired_at, why = T0 + 10, "fail"

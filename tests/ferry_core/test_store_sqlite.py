@@ -438,3 +438,47 @@ def test_idle_calls_take_no_write_lock(store_factory, clock, db_path):
         blocker.execute("ROLLBACK")
     finally:
         blocker.close()
+
+
+# ----------------------------------------------------------------- schema upgrades
+def _history(path: str) -> dict[str, str | None]:
+    """task_id -> retired_why of its token (one claim per task here)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return dict(conn.execute("SELECT task_id, retired_why FROM claim_tokens").fetchall())
+    finally:
+        conn.close()
+
+
+def test_a_version_2_file_is_upgraded_on_open_and_keeps_its_history(tmp_path):
+    from ferry_core.schema import V2_DDL
+
+    path = str(tmp_path / "v2.db")
+    with LeaseStore(path) as store:  # made as version 2 made it: its retiring trigger
+        conn = store._conn
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DROP TRIGGER claim_token_retired")
+        store._create(conn, V2_DDL)
+        conn.execute("PRAGMA user_version=2")
+        conn.execute("COMMIT")
+        old = store.dispatch(None)
+        c = store.poll_next("A")
+        store.fulfill(old, "A", c.token, 1)
+    assert _history(path) == {old: "complete"}  # version 2 rewrote the history row
+
+    with LeaseStore(path) as store:
+        conn = sqlite3.connect(path)
+        try:
+            assert conn.execute("PRAGMA user_version").fetchall()[0][0] == SCHEMA_VERSION == 3
+        finally:
+            conn.close()
+        done, released = store.dispatch(None), store.dispatch(None)
+        for tid in (done, released):
+            c = store.poll_next("A")
+            assert c.task_id == tid
+            if tid == done:
+                store.fulfill(tid, "A", c.token, 2)
+            else:
+                store.release(tid, "A", c.token)
+    # what version 2 wrote stays; a completion is now the row's, a release still the history's
+    assert _history(path) == {old: "complete", done: None, released: "release"}

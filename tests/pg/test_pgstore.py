@@ -408,6 +408,26 @@ def test_an_older_schema_is_brought_up_to_date_on_open(pg_uri, pg_schema, pg_adm
     assert version[0] == PG_SCHEMA_VERSION
 
 
+def test_a_version_2_schema_gets_the_retiring_trigger_of_version_3(pg_uri, pg_schema, pg_admin):
+    """Version 3: a fulfill leaves the token history be (the COMPLETED row records it); a
+    version-2 schema, whose trigger retired every token, gets the new one on open."""
+    q = f'"{pg_schema}"'
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=ManualClock(T0)) as s:
+        s.dispatch(None)
+    pg_admin.execute(f"DROP TRIGGER claim_token_retired ON {q}.tasks")
+    pg_admin.execute(f"CREATE TRIGGER claim_token_retired AFTER UPDATE OF claim_token ON {q}.tasks"
+                     " FOR EACH ROW WHEN (OLD.claim_token IS NOT NULL AND NEW.claim_token IS NULL)"
+                     f" EXECUTE FUNCTION {q}.ferry_token_retired()")
+    pg_admin.execute(f"UPDATE {q}.ferry_meta SET version = 2")
+    with PgLeaseStore(pg_uri, schema=pg_schema, clock=ManualClock(T0)) as s:
+        c = s.poll_next("A")
+        s.fulfill(c.task_id, "A", c.token, 1)
+    why = pg_admin.execute(f"SELECT retired_why FROM {q}.claim_tokens").fetchall()
+    assert why == [(None,)]
+    version = pg_admin.execute(f"SELECT max(version) FROM {q}.ferry_meta").fetchone()
+    assert version[0] == PG_SCHEMA_VERSION == 3
+
+
 
 def test_a_claim_whose_due_sweep_another_store_ran_first_still_claims(pg_uri, pg_schema):
     """claim's one-statement path skips a task while a sweep is due; if another process
