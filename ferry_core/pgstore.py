@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors
 from .clock import Clock, SystemClock
+from .schema import RETIRE_TOKEN_SET
 from .store import (
     CHECKPOINT_MODES,
     DEFAULT_EXEC_TTL_MS,
@@ -170,13 +171,7 @@ CREATE TRIGGER claim_token_history
 CREATE OR REPLACE FUNCTION {s}.ferry_token_retired() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE {s}.claim_tokens SET
-        retired_why = CASE
-            WHEN NEW.status = 'FAILED' THEN 'fail'
-            WHEN NEW.release_count > OLD.release_count THEN 'release'
-            ELSE 'expiry' END,
-        retired_at = CASE
-            WHEN NEW.status = 'FAILED' THEN NEW.completed_at
-            ELSE NEW.queued_at END
+        {RETIRE_TOKEN_SET}
     WHERE token = OLD.claim_token AND retired_why IS NULL;
     RETURN NULL;
 END $$;

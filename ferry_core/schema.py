@@ -113,7 +113,16 @@ END;
 # release, expiry and fail still write theirs. A lifecycle writes one page less to the WAL
 # (8.8 -> 7.8 frames): lifecycles/s median +10 / +8 / +4 % at 1 / 2 / 8 workers, 25 of
 # 30 interleaved pairs faster (reports/bench/notes.md, 2026-12-03).
-V3_DDL = """
+#: How the retiring trigger stamps a token's history row (OLD / NEW: the task row), in
+#: the SQL both SQLite and PostgreSQL read; a completion never gets here.
+RETIRE_TOKEN_SET = """retired_why = CASE
+            WHEN NEW.status = 'FAILED' THEN 'fail'
+            WHEN NEW.release_count > OLD.release_count THEN 'release'
+            ELSE 'expiry' END,
+        retired_at = CASE
+            WHEN NEW.status = 'FAILED' THEN NEW.completed_at
+            ELSE NEW.queued_at END"""
+V3_DDL = f"""
 DROP TRIGGER IF EXISTS claim_token_retired;
 CREATE TRIGGER claim_token_retired
     AFTER UPDATE OF claim_token ON tasks
@@ -121,13 +130,7 @@ CREATE TRIGGER claim_token_retired
         AND NEW.status <> 'COMPLETED'
 BEGIN
     UPDATE claim_tokens SET
-        retired_why = CASE
-            WHEN NEW.status = 'FAILED' THEN 'fail'
-            WHEN NEW.release_count > OLD.release_count THEN 'release'
-            ELSE 'expiry' END,
-        retired_at = CASE
-            WHEN NEW.status = 'FAILED' THEN NEW.completed_at
-            ELSE NEW.queued_at END
+        {RETIRE_TOKEN_SET}
     WHERE token = OLD.claim_token AND retired_why IS NULL;
 END;
 """
