@@ -291,7 +291,7 @@ def _replay_worker(path: str, sql: LifecycleSQL, slot: int, go: Any, out: Any,
                 break
             t_last = mono()
             lat.append(t_last - t0)
-            claim_lat.append(polled[-1] - t0)
+            claim_lat.append(polled.pop() - t0)  # polled holds one value at most
             done += 1
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
