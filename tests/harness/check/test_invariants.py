@@ -19,6 +19,7 @@ from ferry_harness.check.invariants.crash_rounds import (
     RESCUE,
     KilledHolder,
     Rescue,
+    RescueAtExpiry,
 )
 from ferry_harness.check.invariants.expectations import EXPECT, ScenarioExpectations
 from ferry_harness.check.ops import FEATURES, PROTOCOL, STRICT_CHOICES
@@ -269,6 +270,25 @@ def test_a_rescue_only_won_after_expires_is_late():
     _race(rec, 1, EXPIRES + 1, [None, "t1"])
     assert _found(rec) == [("lease-half-open", f"task t1: its dead holder's lease ended at "
                             f"{EXPIRES}, but it could only be reclaimed at {EXPIRES + 1}", [3])]
+
+
+def test_a_poll_race_at_expires_that_handed_out_older_tasks_says_nothing_of_the_lease():
+    """At its expiry the orphan is the youngest ready task: rescuers whose polls both got
+    older waiting tasks then leave it to a later race (a poll-only store, not late)."""
+    rec = Recorder()
+    _race(rec, 0, EXPIRES, ["t7", "t8"])
+    _race(rec, 1, EXPIRES + 1, [None, "t1"])
+    assert _found(rec) == []
+    # the races reach the checker in two batches, as a campaign's rounds do
+    checker = Checker(invariants=[RescueAtExpiry()])
+    ops = rec.history.ops
+    assert checker.check(rec.history, new_ops=ops[:2]) == []
+    assert checker.check(rec.history, new_ops=ops[2:]) == []
+    # one rescuer that came back with nothing is evidence: the orphan was not ready
+    rec = Recorder()
+    _race(rec, 0, EXPIRES, ["t7", None])
+    _race(rec, 1, EXPIRES + 1, [None, "t1"])
+    assert [v.invariant for v in _audit(rec)] == ["lease-half-open"]
 
 
 def test_an_orphan_no_rescuer_could_claim_is_lost():
