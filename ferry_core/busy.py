@@ -6,18 +6,35 @@ so the tail latency and fairness suffer. Every policy keeps the ``busy_timeout_m
 contract: a call that stays busy that long raises SQLITE_BUSY (the store turns it into
 ``StoreError``).
 
-- ``stock``: SQLite's own handler (``PRAGMA busy_timeout``).
+- ``spin`` (the default): ``busy_timeout=0``; a try that finds the lock taken is retried
+  for 200 us, yielding the CPU (``sched_yield``) before each retry, then after a jittered
+  0.5-1 ms sleep for another 200 us, and so on until the deadline. A writer holds the
+  lock for one statement (~50-150 us) and leaves a gap between two of its statements, so
+  a waiter that keeps trying through one such cycle gets in at the next gap instead of
+  sleeping a whole millisecond first; the yield hands the CPU to a runnable process (the
+  lock holder, when there are more writers than cores) and costs nothing when nobody
+  else wants it.
+- ``hybrid``: SQLite's own handler for 2 ms per try (two 1 ms sleeps inside SQLite: no
+  Python exception per failed try, and the waiter stays off the CPU), then a short
+  jittered Python sleep (0.1-1 ms) and again, until the deadline.
 - ``jitter``: ``busy_timeout=0`` and a Python retry after short randomised sleeps. Fair and
   a short tail, but every waiter keeps waking up to retry: with more processes than cores
   the retries eat the CPU the lock holder needs, and throughput drops well below stock.
-- ``hybrid`` (the default): SQLite's own handler for 2 ms per try (two 1 ms sleeps inside
-  SQLite: no Python exception per failed try, and the waiter stays off the CPU), then a
-  short jittered Python sleep (0.1-1 ms) and again, until the deadline. Fair like
-  ``jitter``, no long stock sleeps, and less CPU burnt on retries.
+- ``stock``: SQLite's own handler (``PRAGMA busy_timeout``).
 
-Measured with 8 workers on 2 cores (reports/bench): stock has the best throughput but a
-p99.9 near 100 ms, a max of 0.3-1 s and Jain 0.87-0.97; jitter and hybrid cut p99.9 and
-max by 3-10x at Jain >= 0.99, hybrid at ~0.8-0.85x stock's throughput, jitter ~0.75x. A
+Why ``spin`` replaced ``hybrid`` as the default (2026-12-03, reports/bench/notes.md and
+reports/bench/contention): a waiter under hybrid first sleeps 1 ms, and at 2 workers the
+other one holds the lock at that moment often enough that ~2 % of claims miss twice
+(2-worker claim p99 2.5-4.3 ms, the issue's goal 2 ms); with spin 99 % of contended
+writes get the lock within the first 200 us (2-worker p99 0.4-0.7 ms), 8-worker
+throughput is the same or higher, and the 8-worker tail is shorter (p99 8-9 against
+11-12 ms), at Jain >= 0.99. The price is CPU: waiters spin instead of sleeping (the
+workers' CPU use at 8 workers 0.90-0.93 of the machine against 0.63-0.65), so on a machine
+busy with other work choose ``hybrid``.
+
+Measured earlier with 8 workers on 2 cores (reports/bench): stock has the best throughput
+but a p99.9 near 100 ms, a max of 0.3-1 s and Jain 0.87-0.97; jitter and hybrid cut p99.9
+and max by 3-10x at Jain >= 0.99, hybrid at ~0.8-0.85x stock's throughput, jitter ~0.75x. A
 waiting room (one waiter polls, the others sleep on a futex in a side file) measured no
 better than hybrid; a room whose waiters block in ``flock`` matched stock's throughput but
 cannot keep the timeout when a waiter is frozen (SIGSTOP) while it holds the room. A
@@ -32,13 +49,16 @@ retries before hybrid's measured within the noise at 2 and 8 workers. Slices (a 
 names the process that won the lock; the others sleep until its 1-3 ms are over) cut the
 2-worker p99 to 1.6-1.8 ms but cost 19-23 % of the 2-worker throughput, and
 ``SCHED_BATCH`` while a write waits (no wake-up preemption of the holder) lost 8-worker
-throughput (reports/bench/notes.md, 2026-12-03).
+throughput (reports/bench/notes.md, 2026-12-03). Spins without the yield, or one spin and
+then hybrid's sleeps inside SQLite, met the 2-worker goal too but doubled the 8-worker
+p99.9 (35-45 against 20-25 ms): the spinners took the CPU from the lock holder.
 
 ``bench`` (``ferry-harness bench``) measures them side by side; see reports/bench/.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import time
@@ -137,7 +157,60 @@ class HybridPolicy(JitterPolicy):
         conn.execute(f"PRAGMA busy_timeout={self.sqlite_ms}")
 
 
-POLICIES = {"stock": StockPolicy, "jitter": JitterPolicy, "hybrid": HybridPolicy}
+class SpinPolicy:
+    """``busy_timeout=0``; retry through ``spin_s`` windows (``sched_yield`` before each
+    retry) separated by jittered sleeps of ``min_sleep_s``-``max_sleep_s``, until
+    ``timeout_ms`` has passed; then the last SQLITE_BUSY is raised.
+
+    >>> conn = sqlite3.connect(":memory:")
+    >>> SpinPolicy(conn, 5000).run(lambda: 42)
+    42
+    """
+
+    name = "spin"
+
+    def __init__(self, conn: sqlite3.Connection, timeout_ms: int, *, spin_s: float = 0.0002,
+                 min_sleep_s: float = 0.0005, max_sleep_s: float = 0.001) -> None:
+        conn.execute("PRAGMA busy_timeout=0")
+        self.timeout_s = timeout_ms / 1000
+        self.spin_s = spin_s
+        self.min_sleep_s = min_sleep_s
+        self.max_sleep_s = max_sleep_s
+        self._rng = random.Random()
+        # the clock, the sleep and the yield, as attributes so a test can watch them
+        self._clock = time.monotonic
+        self._sleep = time.sleep
+        self._yield = getattr(os, "sched_yield", lambda: time.sleep(0))
+
+    def run(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+        now = self._clock()
+        deadline = now + self.timeout_s
+        while True:
+            end = min(now + self.spin_s, deadline)
+            while True:
+                self._yield()
+                try:
+                    return fn()
+                except sqlite3.OperationalError as exc:
+                    if not is_busy(exc):
+                        raise
+                    now = self._clock()
+                    if now >= deadline:
+                        raise
+                    if now >= end:
+                        break
+            self._sleep(min(self._rng.uniform(self.min_sleep_s, self.max_sleep_s),
+                            deadline - now))
+            now = self._clock()
+
+
+POLICIES = {"stock": StockPolicy, "jitter": JitterPolicy, "hybrid": HybridPolicy,
+            "spin": SpinPolicy}
 
 
 def make_busy_policy(policy: str | BusyPolicy, conn: sqlite3.Connection,

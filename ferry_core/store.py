@@ -187,7 +187,7 @@ class LeaseStore(_StoreFront):
         busy_timeout_ms: int = 5000,
         max_extends: int = 5,
         max_releases: int = 3,
-        busy_policy: str | BusyPolicy = "hybrid",
+        busy_policy: str | BusyPolicy = "spin",
         wal_limit_bytes: int = WAL_LIMIT_BYTES,
     ) -> None:
         if claim_strategy not in STRATEGIES:

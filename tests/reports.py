@@ -78,10 +78,10 @@ def reports(adapter_budget: float = ADAPTER_BUDGET_S) -> list[Regenerated]:
                "--busy-policy", "hybrid,stock", "--tasks", "20000", "--repeat", "3"),
         # stores compared in one run (reports/bench/compare/report.md)
         _bench("reports/bench/compare", "--target", PEERS, "--workers", "1,8,16", "--strategy",
-               "cas", "--busy-policy", "hybrid", "--tasks", "5000", "--repeat", "3"),
+               "cas", "--busy-policy", "spin", "--tasks", "5000", "--repeat", "3"),
         # contention: the same-SQL ceiling beside ferry_core (reports/bench/contention/report.md)
         _bench("reports/bench/contention", "--workers", "1,2,8,16", "--strategy", "cas",
-               "--busy-policy", "hybrid", "--tasks", "10000", "--repeat", "3"),
+               "--busy-policy", "spin,hybrid", "--tasks", "10000", "--repeat", "3"),
         # ferry_core on SQLite against ferry_core on PostgreSQL (reports/bench/postgres)
         _bench("reports/bench/postgres", "--target", "ferry_core:LeaseStore,ferry_core:PgLeaseStore",
                "--workers", "1,8,16", "--strategy", "cas", "--busy-policy", "hybrid",

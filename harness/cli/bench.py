@@ -100,7 +100,7 @@ def parse_options(args: argparse.Namespace) -> BenchOptions:
     # defaults, unless --strategy / --busy-policy ask for its variants
     own = all(resolve_target(spec).ferry_core for spec in specs)
     strategy = args.strategy or ("cas,immediate" if own else "cas")
-    policy = args.busy_policy or (",".join(DEFAULT_POLICIES) if own else "hybrid")
+    policy = args.busy_policy or (",".join(DEFAULT_POLICIES) if own else "spin")
     opts: BenchOptions = {
         "target": args.target, "repeat": repeat,
         "workers": _int_list("--workers", args.workers),
@@ -284,7 +284,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                    "another store is measured beside it)")
     p.add_argument("--busy-policy", default=None, metavar="LIST",
                    help=f"ferry_core busy policies (default {','.join(DEFAULT_POLICIES)}; "
-                   "hybrid when another store is measured beside it)")
+                   "spin, the store's default, when another store is measured beside it)")
     p.add_argument("--repeat", default="1", metavar="N",
                    help="run the whole matrix N times, interleaved (default 1): on a shared "
                    "machine, look at the spread")

@@ -133,7 +133,7 @@ def _end(proc) -> None:
     proc.join(5)
 
 
-@pytest.mark.parametrize("policy", ["hybrid", "jitter", "stock", "room"])
+@pytest.mark.parametrize("policy", ["spin", "hybrid", "jitter", "stock", "room"])
 def test_a_worker_frozen_inside_a_write_blocks_others_for_the_busy_timeout_only(
         tmp_path, policy):
     path = str(tmp_path / "x.db")
@@ -158,7 +158,7 @@ def test_a_worker_frozen_inside_a_write_blocks_others_for_the_busy_timeout_only(
         _end(child)
 
 
-@pytest.mark.parametrize("policy", ["hybrid", "jitter", "stock", "room"])
+@pytest.mark.parametrize("policy", ["spin", "hybrid", "jitter", "stock", "room"])
 def test_a_worker_frozen_while_waiting_for_the_lock_blocks_nobody(tmp_path, policy):
     path = str(tmp_path / "x.db")
     with LeaseStore(path) as setup:

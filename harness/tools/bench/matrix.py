@@ -34,7 +34,7 @@ from ferry_harness.tools.bench.targets import (
 
 DEFAULT_WORKERS = (1, 2, 4, 8, 16)
 DEFAULT_TASKS = 20_000
-DEFAULT_POLICIES = ("hybrid", "jitter", "stock")
+DEFAULT_POLICIES = ("spin", "hybrid", "jitter", "stock")
 
 
 def run_bench(target: str | Sequence[str] = DEFAULT_TARGET,

@@ -236,7 +236,7 @@ def test_a_store_that_never_hands_out_tasks_stalls_and_says_so(tmp_path):
     (["--target", "nope:x"], "nope"),
     (["--target", "ferry_core:nothing_here"], "nothing_here"),
     (["--strategy", "optimistic"], "--strategy"),
-    (["--busy-policy", "spin"], "--busy-policy"),
+    (["--busy-policy", "spiral"], "--busy-policy"),
     (["--tasks", "0"], "--tasks"),
     (["--tasks", "many"], "--tasks"),
 ])
@@ -270,7 +270,7 @@ def test_cli_end_to_end_writes_json(tmp_path, capsys, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------
-# ferry_core/busy.py: the policies this bench measures (the default is "hybrid").
+# ferry_core/busy.py: the policies this bench measures (the default is "spin").
 from ferry_core import StoreError  # noqa: E402
 from ferry_core import busy as busy_mod  # noqa: E402
 
@@ -345,18 +345,85 @@ def test_every_policy_keeps_the_busy_timeout_contract(tmp_path, policy):
         s.dispatch(None)  # and it works again once the lock is free
 
 
-def test_hybrid_is_the_default_and_waits_inside_sqlite_first(tmp_path):
+def test_spin_is_the_default_and_hybrid_waits_inside_sqlite_first(tmp_path):
     import sqlite3
     import threading
 
     path = str(tmp_path / "x.db")
-    with LeaseStore(path) as s:
-        assert s._busy.name == "hybrid"
+    with LeaseStore(path) as s:  # the default: no SQLite sleeps, the policy's own retries
+        assert s._busy.name == "spin"
+        assert s._conn.execute("PRAGMA busy_timeout").fetchall()[0][0] == 0
+    with LeaseStore(path, busy_policy="hybrid") as s:
         assert s._conn.execute("PRAGMA busy_timeout").fetchall()[0][0] == s._busy.sqlite_ms
-        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        blocker.execute("BEGIN IMMEDIATE")
-        threading.Timer(0.05, lambda: blocker.execute("ROLLBACK")).start()
-        t0 = time.monotonic()
-        s.dispatch(None)  # waits ~50 ms, then gets through
-        assert time.monotonic() - t0 < 1.0
-        blocker.close()
+    for policy in ("spin", "hybrid"):
+        with LeaseStore(path, busy_policy=policy) as s:
+            blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            blocker.execute("BEGIN IMMEDIATE")
+            threading.Timer(0.05, lambda b=blocker: b.execute("ROLLBACK")).start()
+            t0 = time.monotonic()
+            s.dispatch(None)  # waits ~50 ms, then gets through
+            assert time.monotonic() - t0 < 1.0
+            blocker.close()
+
+
+class _SpinWatch:
+    """A fake clock for SpinPolicy: every yield and sleep is recorded and moves time on
+    (a retry costs ``try_s``), so the policy's schedule is checked without timing it."""
+
+    def __init__(self, pol, try_s: float = 0.00005) -> None:
+        self.t, self.try_s, self.events = 1000.0, try_s, []
+        pol._clock, pol._sleep, pol._yield = (lambda: self.t), self.sleep, self.yield_
+
+    def sleep(self, s: float) -> None:
+        self.events.append(("sleep", s))
+        self.t += s
+
+    def yield_(self) -> None:
+        self.events.append(("yield", 0.0))
+        self.t += self.try_s
+
+
+def _busy_then(n: int, value: object = "ok"):
+    import sqlite3
+
+    calls = [0]
+
+    def fn():
+        calls[0] += 1
+        if calls[0] <= n:
+            raise sqlite3.OperationalError("database is locked")
+        return value
+    return fn, calls
+
+
+def test_spin_retries_through_a_window_yielding_before_each_try_then_sleeps():
+    import sqlite3
+
+    pol = busy_mod.SpinPolicy(sqlite3.connect(":memory:"), 5000)
+    watch = _SpinWatch(pol)
+    fn, calls = _busy_then(3)  # the lock frees within the first 200 us window
+    assert pol.run(fn) == "ok" and calls[0] == 4
+    assert watch.events == [("yield", 0.0)] * 3, "no sleep inside a window, a yield per retry"
+    watch.events.clear()
+    fn, calls = _busy_then(10)  # 4 retries of 50 us fill a window: a sleep, then a new one
+    assert pol.run(fn) == "ok"
+    sleeps = [s for kind, s in watch.events if kind == "sleep"]
+    assert len(sleeps) == 2 and all(0.0005 <= s <= 0.001 for s in sleeps), watch.events
+    first = [kind for kind, _ in watch.events][:5]
+    assert first == ["yield"] * 4 + ["sleep"], watch.events
+
+
+def test_spin_raises_the_busy_error_once_the_timeout_has_passed_and_not_before():
+    import sqlite3
+
+    pol = busy_mod.SpinPolicy(sqlite3.connect(":memory:"), 200)
+    watch = _SpinWatch(pol)
+    start = watch.t
+    fn, calls = _busy_then(10**9)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        pol.run(fn)
+    assert 0.2 <= watch.t - start < 0.2 + 0.002, "it gave up too early or too late"
+    assert calls[0] > 100  # it kept trying all along
+    watch.events.clear()
+    fn, calls = _busy_then(0)  # a free lock: one try, no yield, no sleep
+    assert pol.run(fn) == "ok" and calls[0] == 1 and watch.events == []
