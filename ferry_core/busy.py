@@ -8,7 +8,8 @@ contract: a call that stays busy that long raises SQLITE_BUSY (the store turns i
 
 - ``spin`` (the default): ``busy_timeout=0``; a try that finds the lock taken is retried
   for 200 us, yielding the CPU (``sched_yield``) before each retry, then after a jittered
-  0.5-1 ms sleep for another 200 us, and so on until the deadline. A writer holds the
+  0.5-1 ms sleep for another 200 us, and so on until the deadline; a yield that took over
+  100 us (another process ran on this CPU) ends the window at once. A writer holds the
   lock for one statement (~50-150 us) and leaves a gap between two of its statements, so
   a waiter that keeps trying through one such cycle gets in at the next gap instead of
   sleeping a whole millisecond first; the yield hands the CPU to a runnable process (the
@@ -160,7 +161,9 @@ class HybridPolicy(JitterPolicy):
 class SpinPolicy:
     """``busy_timeout=0``; retry through ``spin_s`` windows (``sched_yield`` before each
     retry) separated by jittered sleeps of ``min_sleep_s``-``max_sleep_s``, until
-    ``timeout_ms`` has passed; then the last SQLITE_BUSY is raised.
+    ``timeout_ms`` has passed; then the last SQLITE_BUSY is raised. A window ends early
+    when a yield took longer than ``crowded_yield_s``: the kernel ran another process
+    there, so the CPU is wanted and the waiter sleeps instead of spinning.
 
     >>> conn = sqlite3.connect(":memory:")
     >>> SpinPolicy(conn, 5000).run(lambda: 42)
@@ -170,12 +173,14 @@ class SpinPolicy:
     name = "spin"
 
     def __init__(self, conn: sqlite3.Connection, timeout_ms: int, *, spin_s: float = 0.0002,
-                 min_sleep_s: float = 0.0005, max_sleep_s: float = 0.001) -> None:
+                 min_sleep_s: float = 0.0005, max_sleep_s: float = 0.001,
+                 crowded_yield_s: float = 0.0001) -> None:
         conn.execute("PRAGMA busy_timeout=0")
         self.timeout_s = timeout_ms / 1000
         self.spin_s = spin_s
         self.min_sleep_s = min_sleep_s
         self.max_sleep_s = max_sleep_s
+        self.crowded_yield_s = crowded_yield_s
         self._rng = random.Random()
         # the clock, the sleep and the yield, as attributes so a test can watch them
         self._clock = time.monotonic
@@ -194,6 +199,9 @@ class SpinPolicy:
             end = min(now + self.spin_s, deadline)
             while True:
                 self._yield()
+                # a yield that took this long ran another process on this CPU: the CPU
+                # is wanted, so this window ends after the try (spinning would take it)
+                crowded = self._clock() - now > self.crowded_yield_s
                 try:
                     return fn()
                 except sqlite3.OperationalError as exc:
@@ -202,12 +210,11 @@ class SpinPolicy:
                     now = self._clock()
                     if now >= deadline:
                         raise
-                    if now >= end:
+                    if now >= end or crowded:
                         break
             self._sleep(min(self._rng.uniform(self.min_sleep_s, self.max_sleep_s),
                             deadline - now))
             now = self._clock()
-
 
 POLICIES = {"stock": StockPolicy, "jitter": JitterPolicy, "hybrid": HybridPolicy,
             "spin": SpinPolicy}

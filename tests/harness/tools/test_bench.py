@@ -413,6 +413,18 @@ def test_spin_retries_through_a_window_yielding_before_each_try_then_sleeps():
     assert first == ["yield"] * 4 + ["sleep"], watch.events
 
 
+def test_spin_stops_spinning_when_a_yield_ran_someone_else():
+    import sqlite3
+
+    # a 10 ms window, but every yield gave the CPU away for 300 us
+    pol = busy_mod.SpinPolicy(sqlite3.connect(":memory:"), 5000, spin_s=0.01)
+    watch = _SpinWatch(pol, try_s=0.0003)
+    fn, calls = _busy_then(3)
+    assert pol.run(fn) == "ok" and calls[0] == 4
+    kinds = [kind for kind, _ in watch.events]
+    assert kinds == ["yield", "sleep"] * 2 + ["yield"], "one try per window on a wanted CPU"
+
+
 def test_spin_raises_the_busy_error_once_the_timeout_has_passed_and_not_before():
     import sqlite3
 
