@@ -177,6 +177,7 @@ def collapse_orders(frontier: list[tuple[Any, tuple[Op, ...]]],
     """Replace every group of frontier states that differ only in the order of the salvage
     entries appended since ``base``, and hold *all* those orders, by one FreeOrder state."""
     groups: dict[Any, list[tuple[Any, ...]]] = {}
+    pends: dict[tuple[int, ...], tuple[Op, ...]] = {}
     out: list[tuple[Any, tuple[Op, ...]]] = []
     for state, pend in frontier:
         inner = _inner(state)
@@ -186,8 +187,12 @@ def collapse_orders(frontier: list[tuple[Any, tuple[Op, ...]]],
         segs = state.segs if type(state) is FreeOrder else ()
         tail = inner.salvage[base:]
         canon = replace(inner, salvage=inner.salvage[:base] + tuple(sorted(tail)))
-        groups.setdefault((canon, segs, pend), []).append(tail)
-    for (canon, segs, pend), tails in groups.items():
+        # ops are not hashable (mutable records): the search holds them, so ids are stable
+        ids = tuple(id(o) for o in pend)
+        pends[ids] = pend
+        groups.setdefault((canon, segs, ids), []).append(tail)
+    for (canon, segs, ids), tails in groups.items():
+        pend = pends[ids]
         if len(set(tails)) == _multinomial(list(tails[0])):
             seg = (base, len(canon.salvage))
             out.append((FreeOrder(canon, (*segs, seg)), pend))
