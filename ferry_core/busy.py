@@ -9,7 +9,8 @@ contract: a call that stays busy that long raises SQLITE_BUSY (the store turns i
 - ``spin`` (the default): ``busy_timeout=0``; a try that finds the lock taken is retried
   for 200 us, yielding the CPU (``sched_yield``) before each retry, then after a jittered
   0.5-1 ms sleep for another 200 us, and so on until the deadline; a yield that took over
-  100 us (another process ran on this CPU) ends the window at once. A writer holds the
+  20 us (another process ran on this CPU, even another waiter's one try) ends the window
+  at once, so waiters spin only on a CPU nobody else wants. A writer holds the
   lock for one statement (~50-150 us) and leaves a gap between two of its statements, so
   a waiter that keeps trying through one such cycle gets in at the next gap instead of
   sleeping a whole millisecond first; the yield hands the CPU to a runnable process (the
@@ -174,7 +175,7 @@ class SpinPolicy:
 
     def __init__(self, conn: sqlite3.Connection, timeout_ms: int, *, spin_s: float = 0.0002,
                  min_sleep_s: float = 0.0005, max_sleep_s: float = 0.001,
-                 crowded_yield_s: float = 0.0001) -> None:
+                 crowded_yield_s: float = 0.00002) -> None:
         conn.execute("PRAGMA busy_timeout=0")
         self.timeout_s = timeout_ms / 1000
         self.spin_s = spin_s
@@ -199,8 +200,8 @@ class SpinPolicy:
             end = min(now + self.spin_s, deadline)
             while True:
                 self._yield()
-                # a yield that took this long ran another process on this CPU: the CPU
-                # is wanted, so this window ends after the try (spinning would take it)
+                # a yield that took this long ran another process on this CPU (a bare yield
+                # takes ~1 us): the CPU is wanted, so this window ends after the try
                 crowded = self._clock() - now > self.crowded_yield_s
                 try:
                     return fn()
