@@ -27,12 +27,14 @@ contract: a call that stays busy that long raises SQLITE_BUSY (the store turns i
 Why ``spin`` replaced ``hybrid`` as the default (2026-12-03, reports/bench/notes.md and
 reports/bench/contention): a waiter under hybrid first sleeps 1 ms, and at 2 workers the
 other one holds the lock at that moment often enough that ~2 % of claims miss twice
-(2-worker claim p99 2.5-4.3 ms, the issue's goal 2 ms); with spin 99 % of contended
-writes get the lock within the first 200 us (2-worker p99 0.4-0.7 ms), 8-worker
-throughput is the same or higher, and the 8-worker tail is shorter (p99 8-9 against
-11-12 ms), at Jain >= 0.99. The price is CPU: waiters spin instead of sleeping (the
-workers' CPU use at 8 workers 0.90-0.93 of the machine against 0.63-0.65), so on a machine
-busy with other work choose ``hybrid``.
+(2-worker claim p99 2.6-3.9 ms, the issue's goal 2 ms). In four interleaved runs on
+ext4 spin gave a 2-worker p99 of 0.6-1.3 ms, 8-worker throughput +3 to +38 %, an 8-worker
+p99 / p99.9 of 8-9 / 13-16 ms against 11-13 / 19-22 ms, at Jain 0.995-0.997; on tmpfs
+(no fsync) 2-worker p99 0.5-1.3 against 3.7-3.9 ms. The price is CPU: waiters spin
+instead of sleeping (the workers' CPU use at 8 workers 0.79-0.82 of the machine against
+0.62-0.65), so on a machine busy with other work choose ``hybrid``. A window ended only
+by a yield over 100 us (not 20 us) left 8-worker Jain at 0.978-0.996, depending on how
+the scheduler placed the spinners.
 
 Measured earlier with 8 workers on 2 cores (reports/bench): stock has the best throughput
 but a p99.9 near 100 ms, a max of 0.3-1 s and Jain 0.87-0.97; jitter and hybrid cut p99.9

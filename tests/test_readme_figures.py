@@ -90,7 +90,7 @@ def _cmp(label: str, workers: int = 8) -> list[dict[str, Any]]:
     return [r for r in _json(COMPARE)["runs"] if r.get("label") == label and r["workers"] == workers]
 
 
-FERRY = "ferry_core cas/hybrid"
+FERRY = "ferry_core cas/spin"
 
 
 def _load_span(d: Any) -> str:
@@ -128,9 +128,9 @@ def _adapter(lib: str) -> str:
 # ---------------------------------------------------------------------- the figures
 FIGURES: list[Figure] = [
     # the bench baseline paragraph: the goal runs (8 workers, 20,000 tasks, 3 repetitions)
-    Figure(README, r"At (\d+) workers and [\d,]+ tasks ferry_core's default", GOAL,
+    Figure(README, r"At (\d+) workers and [\d,]+ tasks ferry_core's hybrid", GOAL,
            lambda d: ",".join(map(str, d["workers"]))),
-    Figure(README, r"At \d+ workers and ([\d,]+) tasks ferry_core's default", GOAL,
+    Figure(README, r"At \d+ workers and ([\d,]+) tasks ferry_core's hybrid", GOAL,
            lambda d: f"{d['tasks']:,}"),
     Figure(README, r"gives ([\d,–]+) claims/s with p99.9", GOAL,
            lambda d: _span([r["claims_per_s"] for r in _goal("cas", "hybrid")], _hundreds)),
@@ -309,7 +309,7 @@ PASSAGES = [
             {"issue 19": "an issue number", "8 and 16 workers": "the worker counts of the command",
              "at 16 workers": "the worker count that figure is for",
              "raw/2": "the definition of the lifecycle ceiling",
-             "8.4 WAL pages": "the profile in reports/bench/notes.md (measured by hand, no JSON)"}),
+             "7.8 WAL pages": "schema version 3 in reports/bench/notes.md (measured by hand, no JSON)"}),
     Passage(README, "- **Precision:** every correct store", "with a `liveness` finding.",
             {"10 s busy timeout": "the variant's definition",
              "10 s busy-timeout": "the variant's definition", "10 s and 30 s": "the variants' definitions"}),
