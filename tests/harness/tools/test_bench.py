@@ -368,10 +368,11 @@ def test_spin_is_the_default_and_hybrid_waits_inside_sqlite_first(tmp_path):
 
 class _SpinWatch:
     """A fake clock for SpinPolicy: every yield and sleep is recorded and moves time on
-    (a retry costs ``try_s``), so the policy's schedule is checked without timing it."""
+    (a yield by ``yield_s``, a try of :meth:`busy_then` by ``try_s``), so the policy's
+    schedule is checked without timing it."""
 
-    def __init__(self, pol, try_s: float = 0.00001) -> None:
-        self.t, self.try_s, self.events = 1000.0, try_s, []
+    def __init__(self, pol, yield_s: float = 0.0, try_s: float = 0.00001) -> None:
+        self.t, self.yield_s, self.try_s, self.events = 1000.0, yield_s, try_s, []
         pol._clock, pol._sleep, pol._yield = (lambda: self.t), self.sleep, self.yield_
 
     def sleep(self, s: float) -> None:
@@ -380,20 +381,21 @@ class _SpinWatch:
 
     def yield_(self) -> None:
         self.events.append(("yield", 0.0))
-        self.t += self.try_s
+        self.t += self.yield_s
 
+    def busy_then(self, n: int, value: object = "ok"):
+        """A call that finds the lock taken ``n`` times, then returns ``value``."""
+        import sqlite3
 
-def _busy_then(n: int, value: object = "ok"):
-    import sqlite3
+        calls = [0]
 
-    calls = [0]
-
-    def fn():
-        calls[0] += 1
-        if calls[0] <= n:
-            raise sqlite3.OperationalError("database is locked")
-        return value
-    return fn, calls
+        def fn():
+            calls[0] += 1
+            self.t += self.try_s
+            if calls[0] <= n:
+                raise sqlite3.OperationalError("database is locked")
+            return value
+        return fn, calls
 
 
 def test_spin_retries_through_a_window_yielding_before_each_try_then_sleeps():
@@ -401,11 +403,11 @@ def test_spin_retries_through_a_window_yielding_before_each_try_then_sleeps():
 
     pol = busy_mod.SpinPolicy(sqlite3.connect(":memory:"), 5000)
     watch = _SpinWatch(pol)
-    fn, calls = _busy_then(3)  # the lock frees within the first 200 us window
+    fn, calls = watch.busy_then(3)  # the lock frees within the first 200 us window
     assert pol.run(fn) == "ok" and calls[0] == 4
     assert watch.events == [("yield", 0.0)] * 3, "no sleep inside a window, a yield per retry"
     watch.events.clear()
-    fn, calls = _busy_then(50)  # 20 retries of 10 us fill a window: a sleep, a new one
+    fn, calls = watch.busy_then(50)  # 20 retries of 10 us fill a window: a sleep, a new one
     assert pol.run(fn) == "ok"
     sleeps = [s for kind, s in watch.events if kind == "sleep"]
     assert len(sleeps) == 2 and all(0.0005 <= s <= 0.001 for s in sleeps), watch.events
@@ -418,8 +420,8 @@ def test_spin_stops_spinning_when_a_yield_ran_someone_else():
 
     # a 10 ms window, but every yield gave the CPU away for 300 us
     pol = busy_mod.SpinPolicy(sqlite3.connect(":memory:"), 5000, spin_s=0.01)
-    watch = _SpinWatch(pol, try_s=0.0003)
-    fn, calls = _busy_then(3)
+    watch = _SpinWatch(pol, yield_s=0.0003)
+    fn, calls = watch.busy_then(3)
     assert pol.run(fn) == "ok" and calls[0] == 4
     kinds = [kind for kind, _ in watch.events]
     assert kinds == ["yield", "sleep"] * 2 + ["yield"], "one try per window on a wanted CPU"
@@ -431,11 +433,11 @@ def test_spin_raises_the_busy_error_once_the_timeout_has_passed_and_not_before()
     pol = busy_mod.SpinPolicy(sqlite3.connect(":memory:"), 200)
     watch = _SpinWatch(pol)
     start = watch.t
-    fn, calls = _busy_then(10**9)
+    fn, calls = watch.busy_then(10**9)
     with pytest.raises(sqlite3.OperationalError, match="locked"):
         pol.run(fn)
     assert 0.2 <= watch.t - start < 0.2 + 0.002, "it gave up too early or too late"
     assert calls[0] > 1000  # it kept trying all along
     watch.events.clear()
-    fn, calls = _busy_then(0)  # a free lock: one try, no yield, no sleep
+    fn, calls = watch.busy_then(0)  # a free lock: one try, no yield, no sleep
     assert pol.run(fn) == "ok" and calls[0] == 1 and watch.events == []
