@@ -219,6 +219,7 @@ class SpinPolicy:
                             deadline - now))
             now = self._clock()
 
+
 POLICIES = {"stock": StockPolicy, "jitter": JitterPolicy, "hybrid": HybridPolicy,
             "spin": SpinPolicy}
 
