@@ -20,6 +20,16 @@ from ferry_harness.tools.recorder import Recorder
 from tests.benchmarks import races, synth
 
 
+def _step_by_step(ops) -> tuple[list[str], Checker]:
+    """Check ``ops`` one at a time, as a running campaign does: the invariants found, and
+    the checker (for its ``unknown``)."""
+    h, checker, found = History(), Checker(), []
+    for o in ops:
+        h.ops.append(o)
+        found += checker.check(h, [o])
+    return [v.invariant for v in found], checker
+
+
 def _check(ops):
     c = Checker()
     start = time.perf_counter()
@@ -70,11 +80,8 @@ def test_a_killed_holder_op_carried_across_racing_salvages(killed, lost):
     ops = [*body[:3], dead, *body[3:], read]
     for i, o in enumerate(ops):
         o.index = i
-    h, checker, found = History(), Checker(), []
-    for o in ops:
-        h.ops.append(o)
-        found += checker.check(h, [o])
-    assert [v.invariant for v in found] == ([] if lost is None else ["no-lost-task"])
+    found, checker = _step_by_step(ops)
+    assert found == ([] if lost is None else ["no-lost-task"])
     assert not checker.unknown
 
 
@@ -99,10 +106,7 @@ def test_killed_ops_among_racing_salvages_never_break_the_checker(rounds, width,
     for i, o in enumerate(ops):
         o.index = i
     full = [v.invariant for v in Checker().check(History(list(ops)))]
-    h, checker, steps = History(), Checker(), []
-    for o in ops:
-        h.ops.append(o)
-        steps += [v.invariant for v in checker.check(h, [o])]
+    steps, _ = _step_by_step(ops)
     assert sorted(set(steps)) == sorted(set(full))
 
 
@@ -130,12 +134,7 @@ def test_incremental_checks_agree_with_one_full_check():
         prev = end
     assert full == [] and inc == [] and not checker.unknown
     # a broken step is found incrementally too
-    bad = races.salvage_rounds(2, 3, lost=1)
-    h2, checker, found = History(), Checker(), []
-    for o in bad:
-        h2.ops.append(o)
-        found += checker.check(h2, [o])
-    assert [v.invariant for v in found] == ["no-lost-task"]
+    assert _step_by_step(races.salvage_rounds(2, 3, lost=1))[0] == ["no-lost-task"]
 
 
 def test_check_history_results_keep_their_ops():
