@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # queue_deadline = queued_at + queue_ttl_ms, kept as a column so the sweep can use an index.
 # pending_deps counts dependencies not yet COMPLETED, so readiness is one indexed predicate.
@@ -135,4 +135,22 @@ BEGIN
 END;
 """
 
-OWN_TABLES = frozenset({"tasks", "task_deps", "claim_tokens", "salvage", "daemon_locks"})
+# Version 4: the payload lives in a table of its own, written once by the dispatch, so a
+# claim or a fulfill (which rewrite the whole task row) never copies it again, and a new
+# file has 1 KiB pages (PAGE_SIZE). Every WAL frame and every page a checkpoint copies and
+# syncs is a page: a lifecycle wrote 33 KiB to disk with 4 KiB pages and writes 13 KiB with
+# 1 KiB ones, and the checkpoint's fsync costs what it writes (reports/bench/notes.md,
+# 2026-12-04). Without the split a payload over ~1 KiB would overflow the small pages and
+# be copied on every claim. Rows of a version-3 file keep their payload in tasks.payload
+# (reads take the side table's first), and its pages keep their size.
+V4_DDL = """
+CREATE TABLE IF NOT EXISTS task_payloads (
+    seq     INTEGER PRIMARY KEY,
+    payload TEXT NOT NULL
+);
+"""
+#: The page size of a file this store creates (SQLite sets it once, before the first write).
+PAGE_SIZE = 1024
+
+OWN_TABLES = frozenset({"tasks", "task_deps", "claim_tokens", "salvage", "daemon_locks",
+                        "task_payloads"})

@@ -23,7 +23,7 @@ from typing import Any
 from . import errors
 from .busy import POLICIES, BusyPolicy, make_busy_policy
 from .clock import Clock, SystemClock
-from .schema import DDL, OWN_TABLES, SCHEMA_VERSION, V2_DDL, V3_DDL
+from .schema import DDL, OWN_TABLES, PAGE_SIZE, SCHEMA_VERSION, V2_DDL, V3_DDL, V4_DDL
 from .types import CLAIMED, COMPLETED, SUBMITTED, Claim, ClaimStats, Salvage, TaskView
 
 DEFAULT_QUEUE_TTL_MS = 3_600_000
@@ -31,6 +31,11 @@ DEFAULT_EXEC_TTL_MS = 300_000
 CHECKPOINT_MODES = ("PASSIVE", "FULL", "RESTART", "TRUNCATE")
 STRATEGIES = ("cas", "immediate")
 WAL_LIMIT_BYTES = 8 << 20  # reset the WAL past this; the stated bound is 8x (64 MiB)
+#: SQLite's automatic checkpoint runs once the WAL holds this many bytes of pages: its
+#: default (1,000 pages) at 4 KiB pages, and as many bytes (4,000 pages) at the 1 KiB pages
+#: of a version-4 file, whose checkpoints every 1,000 pages measured a 2-worker Jain of
+#: 0.83-0.85 and 8 workers no faster (reports/bench/notes.md, 2026-12-04)
+AUTOCHECKPOINT_BYTES = 1000 * 4096
 WAL_CHECK_EVERY = 32  # committed writes between two looks at the -wal size
 WAL_RETRY_EVERY = 4  # ... and between two tries of a reset that found the lock busy
 #: how long the resetting RESTART may wait, through SQLite's busy handler, for the write
@@ -42,8 +47,9 @@ _SHM_HEADER = struct.Struct("=14xHI")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _VIEW_COLUMNS = """
-    task_id, status, target_agent, title, payload, requester, queue_ttl_ms, exec_ttl_ms,
-    max_attempts, created_at, queued_at, queue_deadline, claimed_by, claimed_at,
+    task_id, status, target_agent, title,
+    COALESCE((SELECT p.payload FROM task_payloads p WHERE p.seq = tasks.seq), payload),
+    requester, queue_ttl_ms, exec_ttl_ms, max_attempts, created_at, queued_at, queue_deadline, claimed_by, claimed_at,
     lease_expires_at, completed_at, attempt, extend_count, release_count, result,
     error_reason,
     (SELECT json_group_array(depends_on) FROM
@@ -240,6 +246,9 @@ class LeaseStore(_StoreFront):
                     f"{self.path!r} is an SQLite database of another application "
                     f"(tables {sorted(foreign)[:3]}); give ferry a file of its own"
                 )
+            if not tables:
+                # a new file: its page size is set by its first write, which comes next
+                conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
             if mode.lower() != "wal" and self.path != ":memory:":
                 raise errors.StoreError(
@@ -249,6 +258,9 @@ class LeaseStore(_StoreFront):
             conn.execute("PRAGMA synchronous=NORMAL")
             # when the WAL is reset, SQLite cuts the file back to this size (see _bound_wal)
             conn.execute(f"PRAGMA journal_size_limit={self.wal_limit_bytes}")
+            # SQLite's automatic checkpoint after as many bytes, whatever the page size
+            page = conn.execute("PRAGMA page_size").fetchall()[0][0]
+            conn.execute(f"PRAGMA wal_autocheckpoint={max(1, AUTOCHECKPOINT_BYTES // page)}")
             conn.execute("PRAGMA foreign_keys=ON")
             if version < SCHEMA_VERSION:
                 conn.execute("BEGIN IMMEDIATE")
@@ -257,7 +269,9 @@ class LeaseStore(_StoreFront):
                         self._create(conn, DDL)
                     if version < 2:
                         self._create(conn, V2_DDL)  # 1 -> 2: the bookkeeping triggers
-                    self._create(conn, V3_DDL)  # 2 -> 3: a fulfill leaves the history be
+                    if version < 3:
+                        self._create(conn, V3_DDL)  # 2 -> 3: a fulfill leaves the history be
+                    self._create(conn, V4_DDL)  # 3 -> 4: payloads in a table of their own
                     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                     conn.execute("COMMIT")
                 except BaseException:
@@ -514,13 +528,20 @@ class LeaseStore(_StoreFront):
                 status, done_at = "FAILED", now
                 reason = f"dependency {dead[0]} ended {statuses[dead[0]]}"
             conn.executemany(
-                "INSERT INTO tasks(task_id, status, target_agent, title, payload, requester,"
+                "INSERT INTO tasks(task_id, status, target_agent, title, requester,"
                 " queue_ttl_ms, exec_ttl_ms, max_attempts, created_at, queued_at,"
                 " queue_deadline, pending_deps, error_reason, completed_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(task_id, status, target_agent, title, payload_json, requester, queue_ttl_ms,
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                [(task_id, status, target_agent, title, requester, queue_ttl_ms,
                   exec_ttl_ms, max_attempts, now, now, now + queue_ttl_ms, pending, reason,
-                  done_at) for task_id, payload_json in zip(task_ids, payload_jsons, strict=True)],
+                  done_at) for task_id in task_ids],
+            )
+            # the payload in its own table (schema.V4_DDL): the claim never copies it
+            conn.executemany(
+                "INSERT INTO task_payloads(seq, payload)"
+                " SELECT seq, ? FROM tasks WHERE task_id=?",
+                [(payload_json, task_id) for task_id, payload_json
+                 in zip(task_ids, payload_jsons, strict=True) if payload_json is not None],
             )
             conn.executemany(
                 "INSERT INTO task_deps(task_id, depends_on) VALUES (?,?)",

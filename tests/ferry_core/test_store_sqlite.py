@@ -104,12 +104,15 @@ def test_wal_is_reset_once_the_auto_checkpoint_falls_behind(store_factory, db_pa
             store.fulfill(tid, "A", c.token, i)
 
     lifecycles(2)  # far below the limit: SQLite's automatic checkpoint stays on
-    assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(1000,)]
+    assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(4000,)]
     reader = sqlite3.connect(db_path, isolation_level=None)
     try:
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM tasks").fetchall()  # pins a snapshot
-        lifecycles(100)
+        for _ in range(40):  # until the file passes the limit (1 KiB pages: ~200 lifecycles)
+            lifecycles(20)
+            if os.path.getsize(db_path + "-wal") > limit:
+                break
         assert os.path.getsize(db_path + "-wal") > limit
     finally:
         reader.execute("ROLLBACK")
@@ -469,7 +472,7 @@ def test_a_version_2_file_is_upgraded_on_open_and_keeps_its_history(tmp_path):
     with LeaseStore(path) as store:
         conn = sqlite3.connect(path)
         try:
-            assert conn.execute("PRAGMA user_version").fetchall()[0][0] == SCHEMA_VERSION == 3
+            assert conn.execute("PRAGMA user_version").fetchall()[0][0] == SCHEMA_VERSION == 4
         finally:
             conn.close()
         done, released = store.dispatch(None), store.dispatch(None)
@@ -482,3 +485,72 @@ def test_a_version_2_file_is_upgraded_on_open_and_keeps_its_history(tmp_path):
                 store.release(tid, "A", c.token)
     # what version 2 wrote stays; a completion is now the row's, a release still the history's
     assert _history(path) == {old: "complete", done: None, released: "release"}
+
+
+# ----------------------------------------------------------------- version 4: pages, payloads
+def _wal_frames(store: LeaseStore) -> int:
+    """Frames in the WAL now (a PASSIVE checkpoint's second figure)."""
+    return store._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()[0][1]
+
+
+def test_a_new_file_has_small_pages_and_checkpoints_after_4_mib(store):
+    from ferry_core.schema import PAGE_SIZE
+    from ferry_core.store import AUTOCHECKPOINT_BYTES
+
+    assert store._conn.execute("PRAGMA page_size").fetchall()[0][0] == PAGE_SIZE == 1024
+    assert (store._conn.execute("PRAGMA wal_autocheckpoint").fetchall()[0][0] * PAGE_SIZE
+            == AUTOCHECKPOINT_BYTES)
+
+
+def test_a_claim_and_a_fulfill_never_copy_the_payload(store, clock):
+    """The payload is written once, by the dispatch: a lifecycle of a task with a 64 KiB
+    payload appends about what one of a task without one does (the payload in the task row
+    would be copied to the WAL by the claim and again by the fulfill)."""
+    def lifecycle_bytes(payload) -> int:
+        tid = store.dispatch(None, payload=payload)
+        store.checkpoint("TRUNCATE")
+        c = store.poll_next("A")
+        assert c.task_id == tid
+        store.fulfill(tid, "A", c.token, {"ok": True})
+        page = store._conn.execute("PRAGMA page_size").fetchall()[0][0]
+        return _wal_frames(store) * page
+
+    small = lifecycle_bytes({"n": 1})
+    big = lifecycle_bytes({"blob": "x" * 65536})
+    assert big <= small + 4096 < 65536, (small, big)
+    assert len(store.inspect()[-1].payload["blob"]) == 65536
+
+
+def test_a_version_3_file_is_upgraded_and_keeps_its_pages_and_payloads(tmp_path):
+    """A version-3 file (4 KiB pages, payloads in the task row) opens as version 4: its page
+    size stays, its payloads read as before, new dispatches put theirs in task_payloads."""
+    path = str(tmp_path / "v3.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA page_size=4096")
+    conn.execute("PRAGMA journal_mode=WAL")  # the first write fixes the page size
+    conn.close()
+    with LeaseStore(path) as store:  # then made as version 3 made it: no task_payloads
+        old = store.dispatch(None, payload={"v": 3})
+        conn = store._conn
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE tasks SET payload=(SELECT payload FROM task_payloads p"
+                     " WHERE p.seq = tasks.seq)")
+        conn.execute("DROP TABLE task_payloads")
+        conn.execute("PRAGMA user_version=3")
+        conn.execute("COMMIT")
+        assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchall()[0][0] == 1000
+
+    with LeaseStore(path) as store:
+        assert store._conn.execute("PRAGMA user_version").fetchall()[0][0] == SCHEMA_VERSION
+        assert store._conn.execute("PRAGMA page_size").fetchall()[0][0] == 4096
+        new = store.dispatch(None, payload={"v": 4})
+        assert store.get(old).payload == {"v": 3} and store.get(new).payload == {"v": 4}
+        rows = store._conn.execute("SELECT t.task_id, t.payload IS NULL FROM tasks t"
+                                   " JOIN task_payloads p ON p.seq = t.seq").fetchall()
+        assert rows == [(new, 1)]
+        for tid in (old, new):
+            c = store.poll_next("A")
+            assert c.task_id == tid
+            store.fulfill(tid, "A", c.token, tid)
+        assert [(v.payload, v.result) for v in store.inspect()] == [({"v": 3}, old),
+                                                                   ({"v": 4}, new)]
