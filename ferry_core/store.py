@@ -45,6 +45,7 @@ WAL_RESET_WAIT_MS = 3
 #: in the machine's byte order (https://sqlite.org/walformat.html, "The WAL-Index Header")
 _SHM_HEADER = struct.Struct("=14xHI")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+_PAGE_SIZES = frozenset(1 << n for n in range(9, 17))  # what SQLite accepts
 
 _VIEW_COLUMNS = """
     task_id, status, target_agent, title,
@@ -178,6 +179,15 @@ class LeaseStore(_StoreFront):
     """A leasing job store on one SQLite WAL file, safe across processes.
 
     Construct one per process (or thread); every instance opens its own connection.
+
+    ``page_size`` (bytes, a power of two from 512 to 65536) is the page size of a file this
+    store creates; a file that exists keeps its own. The default, 1 KiB, writes a third of
+    the bytes 4 KiB pages write per lifecycle, which is what a checkpoint's fsync costs on
+    a disk (1 worker ~1.3x, 8 workers ~1.1x on ext4); where nothing is synced (tmpfs) the
+    smaller pages cost CPU instead (8 workers ~0.9x), so pass 4096 there
+    (reports/bench/notes.md, 2026-12-04). Example::
+
+        store = LeaseStore("/dev/shm/jobs.db", page_size=4096)
     """
 
     #: Stricter than PROTOCOL.md#freedoms-a-correct-store-may-take requires, so ferry holds this store to both (ferry_harness.check.ops).
@@ -195,6 +205,7 @@ class LeaseStore(_StoreFront):
         max_releases: int = 3,
         busy_policy: str | BusyPolicy = "spin",
         wal_limit_bytes: int = WAL_LIMIT_BYTES,
+        page_size: int = PAGE_SIZE,
     ) -> None:
         if claim_strategy not in STRATEGIES:
             raise errors.InvalidArgument(
@@ -208,6 +219,11 @@ class LeaseStore(_StoreFront):
         self.max_extends = _non_negative_int("max_extends", max_extends)
         self.max_releases = _non_negative_int("max_releases", max_releases)
         self.wal_limit_bytes = _positive_int("wal_limit_bytes", wal_limit_bytes)
+        if (isinstance(page_size, bool) or not isinstance(page_size, int)
+                or page_size not in _PAGE_SIZES):
+            raise errors.InvalidArgument(
+                f"page_size must be a power of two from 512 to 65536, got {page_size!r}")
+        self.page_size = page_size
         self._writes = 0
         self._claim_attempts = self._claim_misses = self._claim_empty = 0  # see claim_stats
         self._claimed_last = False  # this instance's last poll claimed: see poll_next
@@ -248,7 +264,7 @@ class LeaseStore(_StoreFront):
                 )
             if not tables:
                 # a new file: its page size is set by its first write, which comes next
-                conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
+                conn.execute(f"PRAGMA page_size={self.page_size}")
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
             if mode.lower() != "wal" and self.path != ":memory:":
                 raise errors.StoreError(

@@ -113,6 +113,7 @@ def test_wal_is_reset_once_the_auto_checkpoint_falls_behind(store_factory, db_pa
             lifecycles(20)
             if os.path.getsize(db_path + "-wal") > limit:
                 break
+        lifecycles(20)  # 60 writes: the store looks at the WAL every WAL_CHECK_EVERY (32)
         assert os.path.getsize(db_path + "-wal") > limit
     finally:
         reader.execute("ROLLBACK")
@@ -554,3 +555,18 @@ def test_a_version_3_file_is_upgraded_and_keeps_its_pages_and_payloads(tmp_path)
             store.fulfill(tid, "A", c.token, tid)
         assert [(v.payload, v.result) for v in store.inspect()] == [({"v": 3}, old),
                                                                    ({"v": 4}, new)]
+
+
+def test_page_size_is_chosen_for_a_new_file_and_checked(tmp_path):
+    from ferry_core.errors import InvalidArgument
+
+    path = str(tmp_path / "big-pages.db")
+    with LeaseStore(path, page_size=4096) as store:
+        assert store._conn.execute("PRAGMA page_size").fetchall()[0][0] == 4096
+        assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchall()[0][0] == 1000
+    with LeaseStore(path, page_size=2048) as store:  # an existing file keeps its own
+        assert store._conn.execute("PRAGMA page_size").fetchall()[0][0] == 4096
+    for bad in (0, 1000, 3072, 131072, True, "1024", None):
+        with pytest.raises(InvalidArgument, match="page_size"):
+            LeaseStore(str(tmp_path / "never.db"), page_size=bad)
+    assert not (tmp_path / "never.db").exists()  # refused before the file is made
