@@ -141,8 +141,10 @@ END;
 # syncs is a page: a lifecycle wrote 33 KiB to disk with 4 KiB pages and writes 13 KiB with
 # 1 KiB ones, and the checkpoint's fsync costs what it writes (reports/bench/notes.md,
 # 2026-12-04). Without the split a payload over ~1 KiB would overflow the small pages and
-# be copied on every claim. Rows of a version-3 file keep their payload in tasks.payload
-# (reads take the side table's first), and its pages keep their size.
+# be copied on every claim. A file of an older version is upgraded without it: it keeps
+# its pages and keeps payloads in tasks.payload, where a process of that version that still
+# has the file open (a rolling upgrade) reads them; only a file made by version 4 has
+# task_payloads (and no older version opens it: its user_version is newer).
 V4_DDL = """
 CREATE TABLE IF NOT EXISTS task_payloads (
     seq     INTEGER PRIMARY KEY,

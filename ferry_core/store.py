@@ -47,15 +47,26 @@ _SHM_HEADER = struct.Struct("=14xHI")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _PAGE_SIZES = frozenset(1 << n for n in range(9, 17))  # what SQLite accepts
 
-_VIEW_COLUMNS = """
-    task_id, status, target_agent, title,
-    COALESCE((SELECT p.payload FROM task_payloads p WHERE p.seq = tasks.seq), payload),
-    requester, queue_ttl_ms, exec_ttl_ms, max_attempts, created_at, queued_at, queue_deadline, claimed_by, claimed_at,
+
+def _view_columns(payload: str) -> str:
+    """What a read selects for a TaskView (``_view``), with ``payload`` the SQL of its
+    payload."""
+    return f"""
+    task_id, status, target_agent, title, {payload}, requester, queue_ttl_ms, exec_ttl_ms,
+    max_attempts, created_at, queued_at, queue_deadline, claimed_by, claimed_at,
     lease_expires_at, completed_at, attempt, extend_count, release_count, result,
     error_reason,
     (SELECT json_group_array(depends_on) FROM
         (SELECT depends_on FROM task_deps d WHERE d.task_id = tasks.task_id ORDER BY d.rowid))
 """
+
+
+#: the payload in the task row (a file made before version 4)
+_VIEW_COLUMNS = _view_columns("payload")
+#: the payload apart (a file made by version 4); the row's is still read for a store
+#: subclass that writes it there itself
+_VIEW_COLUMNS_APART = _view_columns(
+    "COALESCE((SELECT p.payload FROM task_payloads p WHERE p.seq = tasks.seq), payload)")
 _GUARD_COLUMNS = "status, target_agent, claimed_by, lease_expires_at, claim_token"
 
 
@@ -287,7 +298,8 @@ class LeaseStore(_StoreFront):
                         self._create(conn, V2_DDL)  # 1 -> 2: the bookkeeping triggers
                     if version < 3:
                         self._create(conn, V3_DDL)  # 2 -> 3: a fulfill leaves the history be
-                    self._create(conn, V4_DDL)  # 3 -> 4: payloads in a table of their own
+                    if version == 0:  # only a new file keeps payloads apart (schema.V4_DDL)
+                        self._create(conn, V4_DDL)
                     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                     conn.execute("COMMIT")
                 except BaseException:
@@ -299,6 +311,12 @@ class LeaseStore(_StoreFront):
         except sqlite3.Error as exc:
             conn.close()
             raise errors.StoreError(f"cannot use {self.path!r} as a ferry store: {exc}") from None
+        # where this file keeps payloads: task_payloads (made with the file, version 4) or
+        # the task row (a file of an older version: a process of that version may still
+        # have it open, and reads payloads there)
+        self._payloads_apart = bool(conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='task_payloads'").fetchall())
+        self._view_columns = _VIEW_COLUMNS_APART if self._payloads_apart else _VIEW_COLUMNS
         self._busy = make_busy_policy(busy_policy, conn, self.busy_timeout_ms)
         self._writing = getattr(self._busy, "writing", nullcontext)
         for fname, (nargs, fn) in SQL_FUNCTIONS.items():
@@ -543,22 +561,24 @@ class LeaseStore(_StoreFront):
             if dead:
                 status, done_at = "FAILED", now
                 reason = f"dependency {dead[0]} ended {statuses[dead[0]]}"
+            apart = self._payloads_apart
             conn.executemany(
-                "INSERT INTO tasks(task_id, status, target_agent, title, requester,"
+                "INSERT INTO tasks(task_id, status, target_agent, title, payload, requester,"
                 " queue_ttl_ms, exec_ttl_ms, max_attempts, created_at, queued_at,"
                 " queue_deadline, pending_deps, error_reason, completed_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(task_id, status, target_agent, title, requester, queue_ttl_ms,
-                  exec_ttl_ms, max_attempts, now, now, now + queue_ttl_ms, pending, reason,
-                  done_at) for task_id in task_ids],
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                [(task_id, status, target_agent, title, None if apart else payload_json,
+                  requester, queue_ttl_ms, exec_ttl_ms, max_attempts, now, now,
+                  now + queue_ttl_ms, pending, reason, done_at)
+                 for task_id, payload_json in zip(task_ids, payload_jsons, strict=True)],
             )
-            # the payload in its own table (schema.V4_DDL): the claim never copies it
-            conn.executemany(
-                "INSERT INTO task_payloads(seq, payload)"
-                " SELECT seq, ? FROM tasks WHERE task_id=?",
-                [(payload_json, task_id) for task_id, payload_json
-                 in zip(task_ids, payload_jsons, strict=True) if payload_json is not None],
-            )
+            if apart:  # in a table of its own (schema.V4_DDL): the claim never copies it
+                conn.executemany(
+                    "INSERT INTO task_payloads(seq, payload)"
+                    " SELECT seq, ? FROM tasks WHERE task_id=?",
+                    [(payload_json, task_id) for task_id, payload_json
+                     in zip(task_ids, payload_jsons, strict=True) if payload_json is not None],
+                )
             conn.executemany(
                 "INSERT INTO task_deps(task_id, depends_on) VALUES (?,?)",
                 [(task_id, d) for task_id in task_ids for d in deps],
@@ -1129,7 +1149,7 @@ class LeaseStore(_StoreFront):
         """Read one task (never writes, never sweeps)."""
         _name("task_id", task_id)
         now = self._now()
-        rows = self._rows(f"SELECT {_VIEW_COLUMNS} FROM tasks WHERE task_id=?", (task_id,))
+        rows = self._rows(f"SELECT {self._view_columns} FROM tasks WHERE task_id=?", (task_id,))
         if not rows:
             raise errors.NotFound(f"task {task_id!r} does not exist")
         return self._view(rows[0], now)
@@ -1140,10 +1160,10 @@ class LeaseStore(_StoreFront):
             _name("agent_id", agent_id)
         now = self._now()
         if agent_id is None:
-            rows = self._rows(f"SELECT {_VIEW_COLUMNS} FROM tasks ORDER BY seq")
+            rows = self._rows(f"SELECT {self._view_columns} FROM tasks ORDER BY seq")
         else:
             rows = self._rows(
-                f"SELECT {_VIEW_COLUMNS} FROM tasks WHERE target_agent=?1 OR claimed_by=?1"
+                f"SELECT {self._view_columns} FROM tasks WHERE target_agent=?1 OR claimed_by=?1"
                 " ORDER BY seq", (agent_id,))
         return [self._view(r, now) for r in rows]
 

@@ -523,8 +523,9 @@ def test_a_claim_and_a_fulfill_never_copy_the_payload(store, clock):
 
 
 def test_a_version_3_file_is_upgraded_and_keeps_its_pages_and_payloads(tmp_path):
-    """A version-3 file (4 KiB pages, payloads in the task row) opens as version 4: its page
-    size stays, its payloads read as before, new dispatches put theirs in task_payloads."""
+    """A version-3 file (4 KiB pages, payloads in the task row) opens as version 4 and keeps
+    both: a version-3 process that still has it open (a rolling upgrade) reads every
+    payload, also those a version-4 process dispatches, in the task row."""
     path = str(tmp_path / "v3.db")
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA page_size=4096")
@@ -546,15 +547,29 @@ def test_a_version_3_file_is_upgraded_and_keeps_its_pages_and_payloads(tmp_path)
         assert store._conn.execute("PRAGMA page_size").fetchall()[0][0] == 4096
         new = store.dispatch(None, payload={"v": 4})
         assert store.get(old).payload == {"v": 3} and store.get(new).payload == {"v": 4}
-        rows = store._conn.execute("SELECT t.task_id, t.payload IS NULL FROM tasks t"
-                                   " JOIN task_payloads p ON p.seq = t.seq").fetchall()
-        assert rows == [(new, 1)]
+        # what a version-3 reader selects
+        assert dict(store._conn.execute("SELECT task_id, payload FROM tasks").fetchall()) == {
+            old: '{"v":3}', new: '{"v":4}'}
+        assert not store._conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE name='task_payloads'").fetchall()
         for tid in (old, new):
             c = store.poll_next("A")
             assert c.task_id == tid
             store.fulfill(tid, "A", c.token, tid)
         assert [(v.payload, v.result) for v in store.inspect()] == [({"v": 3}, old),
                                                                    ({"v": 4}, new)]
+
+
+def test_a_new_file_keeps_payloads_apart_and_still_reads_a_row_payload(store):
+    """Version 4's own file: payloads in task_payloads, the row's column empty; a row
+    payload (written by a store subclass with its own dispatch) is still what a read shows."""
+    tid = store.dispatch(None, payload={"apart": True})
+    assert store._conn.execute("SELECT payload FROM tasks WHERE task_id=?",
+                               (tid,)).fetchall() == [(None,)]
+    assert store.get(tid).payload == {"apart": True}
+    store._conn.execute("DELETE FROM task_payloads")
+    store._conn.execute("UPDATE tasks SET payload='[1]' WHERE task_id=?", (tid,))
+    assert store.get(tid).payload == [1]
 
 
 def test_page_size_is_chosen_for_a_new_file_and_checked(tmp_path):
