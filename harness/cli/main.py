@@ -279,7 +279,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
           f"rounds, {stats.ops} operations in {stats.seconds:.1f}s"
           f"{f' ({stats.jobs} search jobs)' if stats.jobs > 1 else ''} against {cfg.target} "
           f"(seed {cfg.seed}{'' if args.seed is not None else ', random: --seed fixes it'})")
-    print(f"ferry: {overlap_line(stats)}")
+    print(f"ferry: {overlap_line(stats, rep.mode)}")
     for v in rep.violations:
         anchor = v.protocol.partition("#")[2] or v.invariant
         print(f"  [{v.invariant}] {v.message} (see {v.protocol}: {read_hint(anchor)})")

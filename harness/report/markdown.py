@@ -87,7 +87,7 @@ def render_markdown(report: Report) -> str:
             out += [f"## {heading}", ""] + [f"- {_text(x)}" for x in items] + [""]
 
     if report.stats is not None:
-        out += _stats(report.stats)
+        out += _stats(report.stats, report.mode)
 
     if report.replay:
         out += ["## Replay", "", fence(report.replay, "sh"), ""]
@@ -95,7 +95,7 @@ def render_markdown(report: Report) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def _stats(stats: Any) -> list[str]:
+def _stats(stats: Any, mode: str | None = None) -> list[str]:
     """The stats table (every number, in the order report.json has them), then the
     campaign-wide tables: refusals, faults, operations and steps by kind."""
     flat = []
@@ -115,7 +115,7 @@ def _stats(stats: Any) -> list[str]:
                 "released together) |", "| ---: | ---: | ---: | ---: |"]
         out += [f"| {r.racers} | {r.rounds} | {r.overlapped} ({_pct(r.overlapped, r.rounds)}) "
                 f"| {r.gated} ({_pct(r.gated, r.rounds)}) |" for r in stats.race_overlap]
-        out += ["", overlap_line(stats), ""]
+        out += ["", overlap_line(stats, mode), ""]
     # over the whole campaign, not only the example the timeline shows
     tables = [("Refusals by class", stats.refusals)]
     if isinstance(stats, FuzzStats):
@@ -129,15 +129,20 @@ def _stats(stats: Any) -> list[str]:
     return out
 
 
-def overlap_line(stats: FuzzStats) -> str:
+def overlap_line(stats: FuzzStats, mode: str | None = None) -> str:
     """One sentence on how many race rounds really raced, per race size (the end-of-run
-    summary line and report.md say it), e.g. "race overlap: 2 racers 71%, 4 racers 45%"."""
+    summary line and report.md say it), e.g. "race overlap: 2 racers 71%, 4 racers 45%".
+    ``mode`` is the run's (``Report.mode``): a schedule-mode run is never gated, and says
+    why instead of blaming the target."""
     if not stats.race_overlap:
         return "race overlap: no race rounds"
     parts = ", ".join(f"{r.racers} racers {_pct(r.overlapped, r.rounds)}"
                       for r in stats.race_overlap)
     gated = sum(r.gated for r in stats.race_overlap)
-    if not gated:
+    if not gated and mode == "schedule":
+        parts += (" (schedule mode: the scheduler orders the racers' statements, so the "
+                  "stress-mode race gate does not run)")
+    elif not gated:
         parts += (" (no round was gated: the race gate holds racers at their first statement "
                   "through Python's sqlite3.connect, which a Postgres target or a store with its "
                   "own SQLite does not use; overlap was left to chance)")

@@ -452,6 +452,8 @@ class Executor:
     def _step_lock_op(self, s: LockOp) -> Step:
         if s.op not in self.capabilities:
             return s
+        if s.offset is not None and self.lock_expires is not None:
+            self.move_clock(self.lock_expires + s.offset)
         args = {"name": LOCK_NAME}
         if s.op == "release_lock":
             args["owner"] = s.owner

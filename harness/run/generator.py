@@ -201,12 +201,15 @@ class FerryMachine(RuleBasedStateMachine):
 
     @rule(ttl=st.sampled_from([5, 30]), offset=st.sampled_from([None, -1, 0, 1]),
           then=st.sampled_from([None, "release_lock", "lock_holder"]),
-          owner=st.sampled_from(OWNERS), data=st.data())
-    def lock_race(self, ttl, offset, then, owner, data):
-        """k daemons race for the lock (maybe at its expiry boundary), then one more call."""
+          owner=st.sampled_from(OWNERS), then_at=st.sampled_from([None, 0, 1]),
+          data=st.data())
+    def lock_race(self, ttl, offset, then, owner, then_at, data):
+        """k daemons race for the lock (maybe at its expiry boundary), then one more call,
+        maybe at the winner's expiry (``then_at``): its owner's release of a lock that ran
+        out and nobody took since may answer either way (PROTOCOL.md#release_lock-on-an-expired-lock)."""
         self._do(LockRace(owners=OWNERS[: self._k(data)], ttl_ms=ttl, offset=offset))
         if then:
-            self._do(LockOp(op=then, owner=owner))
+            self._do(LockOp(op=then, owner=owner, offset=then_at))
 
     @rule(probe=st.sampled_from(["idle_poll", "reads", "checkpoint", "checkpoint-reader"]))
     def wal_probe(self, probe):

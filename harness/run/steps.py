@@ -115,6 +115,9 @@ class LockOp:
 
     op: str  # release_lock or lock_holder
     owner: str = "observer"  # who calls it (``release_lock`` releases as this owner)
+    #: first go to the lock's last known expiry plus this, ms (None: no clock move), so an
+    #: owner also releases a lock of its own that ran out and nobody took since
+    offset: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

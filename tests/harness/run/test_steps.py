@@ -45,6 +45,7 @@ EVERY_KIND = [
     Clock(claim=0, offset=-1),
     LockRace(owners=("daemon-1", "daemon-2"), ttl_ms=30, offset=0),
     LockOp(op="release_lock", owner="daemon-2"),
+    LockOp(op="release_lock", owner="daemon-1", offset=1),
     IdlePoll(),
     Reads(),
     Checkpoint(reader=True),

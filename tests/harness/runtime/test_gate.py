@@ -137,6 +137,18 @@ def test_target_bypassing_sqlite3_connect_is_never_gated_and_the_report_says_so(
     assert "### Race overlap" in md and "no round was gated" in md
 
 
+def test_an_ungated_schedule_mode_run_says_why_without_blaming_the_target():
+    """Schedule mode never gates (its scheduler orders the statements): its line says so,
+    instead of the stress-mode sentence about a target that bypasses sqlite3.connect."""
+    from ferry_harness.report.schema import FuzzStats, RaceOverlap
+
+    stats = FuzzStats(race_overlap=(RaceOverlap(racers=2, rounds=9, overlapped=3, gated=0),))
+    scheduled = overlap_line(stats, "schedule")
+    assert "schedule mode" in scheduled and "no round was gated" not in scheduled
+    assert "no round was gated" in overlap_line(stats, "stress")
+    assert "no round was gated" in overlap_line(stats)
+
+
 @pytest.mark.parametrize("racers", [2, 4])
 def test_pool_round_spans_come_from_the_workers(tmp_path, racers):
     with WorkerPool("ferry_core:LeaseStore", SharedClock(), racers) as pool:
