@@ -439,11 +439,15 @@ class Executor:
             self.move_clock(c.expires + (s.offset or 0))
         return s
 
+    def _to_lock_expiry(self, offset: int | None) -> None:
+        """Move the clock to the lock's last known expiry plus ``offset`` ms (None: stay)."""
+        if offset is not None and self.lock_expires is not None:
+            self.move_clock(self.lock_expires + offset)
+
     def _step_lock_race(self, s: LockRace) -> Step:
         if "acquire_lock" not in self.capabilities:
             return s
-        if s.offset is not None and self.lock_expires is not None:
-            self.move_clock(self.lock_expires + s.offset)
+        self._to_lock_expiry(s.offset)
         owners = s.owners[: self.pool.size]
         self._run([PlannedCall(slot=i, op="acquire_lock", args={"name": LOCK_NAME, "owner": o, "ttl_ms": s.ttl_ms}, agent=o)
                    for i, o in enumerate(owners)])
@@ -452,8 +456,7 @@ class Executor:
     def _step_lock_op(self, s: LockOp) -> Step:
         if s.op not in self.capabilities:
             return s
-        if s.offset is not None and self.lock_expires is not None:
-            self.move_clock(self.lock_expires + s.offset)
+        self._to_lock_expiry(s.offset)
         args = {"name": LOCK_NAME}
         if s.op == "release_lock":
             args["owner"] = s.owner
